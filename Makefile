@@ -1,0 +1,40 @@
+# Set-up and entry points of tff_personal. Every target does the set-up it needs.
+#   make test   install everything into .venv and run the test suite
+#   make demo   install, then run FedAvg and Local on the shakespeare task
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+UV_VERSION := 0.13.9
+FMNIST_DIR := /usr/share/datasets/fashion-mnist
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo fmnist-data clean
+
+setup: $(VENV)/.installed fmnist-data
+
+$(VENV)/.installed: requirements.txt overrides.txt requirements-nodeps.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV) pip install --quiet --python $(PY) -r requirements.txt --override overrides.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps -r requirements-nodeps.txt
+	touch $@
+
+# Fashion-MNIST idx files from Debian's dataset-fashion-mnist (tasks fmnist).
+# Installed when run as root; otherwise the README says how to get them.
+fmnist-data:
+	@if [ -f $(FMNIST_DIR)/train-images-idx3-ubyte.gz ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null \
+	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null; } \
+	  || echo "warning: could not install dataset-fashion-mnist; the fmnist task needs it (see README)"; \
+	else echo "note: $(FMNIST_DIR) is missing; the fmnist task needs Debian's dataset-fashion-mnist (see README)"; fi
+
+test: setup
+	$(PY) -m pytest -n 2 tests $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) bin/demo.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Keras model builders with named blocks (the unit FedPer personalizes)."""

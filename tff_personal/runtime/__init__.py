@@ -1,0 +1,1 @@
+"""The TFF execution context and the processes it owns."""

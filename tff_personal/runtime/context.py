@@ -1,0 +1,205 @@
+"""The one owner of the TFF execution context and its worker process.
+
+TFF 0.87 executes computations in a C++ `worker_binary` child process that it
+starts lazily and stops only from a `__del__` method, which often does not run
+at interpreter shutdown. The orphan then keeps running and holds the parent's
+stdout open, so a pipeline or a CI step never ends. This module starts that
+worker itself and guarantees it dies with the Python process:
+
+* normal exit and uncaught exceptions: an `atexit` hook stops it;
+* SIGINT: Python raises `KeyboardInterrupt`, then the `atexit` hook runs;
+* SIGTERM (and SIGHUP): a handler turns the signal into `SystemExit` so that
+  `atexit` runs;
+* SIGKILL or a crash of the interpreter: the worker was started with the
+  Linux parent-death signal (`PR_SET_PDEATHSIG`), so the kernel kills it.
+
+The worker never inherits our stdout/stderr (its log goes to a file when
+`TFF_PERSONAL_WORKER_LOG` is set), so even in the worst case it cannot hold a
+pipe of ours open.
+
+Usage: call `install_local_context()` once, from the main thread, before any
+TFF computation is invoked. Every binary and test fixture does.
+"""
+
+import atexit
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Optional
+
+from absl import logging
+import grpc
+import portpicker
+import tensorflow_federated as tff
+
+_GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
+_GRPC_OPTIONS = [
+    ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
+    ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_BYTES),
+    ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
+]
+_READY_TIMEOUT_SECONDS = 60.0
+_STOP_TIMEOUT_SECONDS = 5.0
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def worker_binary_path() -> str:
+  """Returns the path of the C++ worker binary shipped in the TFF wheel."""
+  package_dir = os.path.dirname(tff.__file__)
+  path = os.path.join(package_dir, 'data', 'worker_binary')
+  if not os.path.isfile(path):
+    raise RuntimeError(f'TFF worker binary not found at {path}.')
+  return path
+
+
+def _prepare_child() -> None:
+  """Runs in the worker between fork and exec (async-signal-safe calls only).
+
+  The kernel kills the worker when its parent dies, and SIGINT/SIGTERM get
+  their default action even when our shell started us with them ignored
+  (as it does for background jobs), so that `stop` is prompt.
+  """
+  _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  _LIBC.signal(signal.SIGINT, 0)  # 0 is SIG_DFL.
+  _LIBC.signal(signal.SIGTERM, 0)
+
+
+class WorkerProcess:
+  """A TFF C++ worker serving the executor protocol on a localhost port."""
+
+  def __init__(self, max_concurrent_computation_calls: int = -1):
+    self._max_calls = max_concurrent_computation_calls
+    self._process: Optional[subprocess.Popen] = None
+    self._stub = None
+    self._lock = threading.Lock()
+
+  @property
+  def pid(self) -> Optional[int]:
+    return None if self._process is None else self._process.pid
+
+  def start(self) -> None:
+    """Starts the worker (no-op when it is running) and waits until ready."""
+    with self._lock:
+      if self._process is not None and self._process.poll() is None:
+        return
+      port = portpicker.pick_unused_port()
+      log_path = os.environ.get('TFF_PERSONAL_WORKER_LOG')
+      log = open(log_path, 'ab') if log_path else subprocess.DEVNULL
+      try:
+        self._process = subprocess.Popen(
+            [
+                worker_binary_path(),
+                f'--port={port}',
+                f'--max_concurrent_computation_calls={self._max_calls}',
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            preexec_fn=_prepare_child,
+            close_fds=True,
+        )
+      finally:
+        if log_path:
+          log.close()
+      channel = grpc.insecure_channel(f'localhost:{port}', _GRPC_OPTIONS)
+      self._stub = tff.framework.RemoteExecutorGrpcStub(channel)
+      deadline = time.monotonic() + _READY_TIMEOUT_SECONDS
+      while not self._stub.is_ready:
+        if self._process.poll() is not None:
+          raise RuntimeError(
+              'The TFF worker binary exited at start-up with code '
+              f'{self._process.returncode}; set TFF_PERSONAL_WORKER_LOG=<file> '
+              'to see its log.'
+          )
+        if time.monotonic() > deadline:
+          self.stop()
+          raise RuntimeError('The TFF worker binary did not become ready.')
+        time.sleep(0.05)
+      logging.debug('TFF worker pid %d serving on port %d', self.pid, port)
+
+  def stub(self):
+    """Returns a ready gRPC stub, restarting the worker if it has died."""
+    if self._stub is None or not self._stub.is_ready:
+      self.stop()
+      self.start()
+    return self._stub
+
+  def stop(self) -> None:
+    """Stops the worker: SIGTERM, then SIGKILL if it has not exited in time."""
+    with self._lock:
+      process, self._process, self._stub = self._process, None, None
+    if process is None or process.poll() is not None:
+      return
+    try:
+      process.terminate()
+      process.wait(timeout=_STOP_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+    except ProcessLookupError:
+      pass
+
+
+_worker: Optional[WorkerProcess] = None
+_handlers_installed = False
+
+
+def _raise_system_exit(signum, frame):
+  del frame  # Unused.
+  raise SystemExit(128 + signum)
+
+
+def _install_exit_handlers() -> None:
+  global _handlers_installed
+  if _handlers_installed:
+    return
+  atexit.register(shutdown)
+  if threading.current_thread() is threading.main_thread():
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+      if signal.getsignal(signum) in (signal.SIG_DFL, None):
+        signal.signal(signum, _raise_system_exit)
+  _handlers_installed = True
+
+
+def install_local_context(max_concurrent_computation_calls: int = -1):
+  """Starts a local TFF worker and makes it the default execution context.
+
+  Idempotent. Returns the `WorkerProcess`, whose `pid` tests can watch.
+
+  Args:
+    max_concurrent_computation_calls: passed to the worker; nonpositive means
+      no limit.
+  """
+  global _worker
+  if _worker is not None:
+    _worker.start()
+    return _worker
+  _install_exit_handlers()
+  worker = WorkerProcess(max_concurrent_computation_calls)
+  worker.start()
+
+  def executor_fn(cardinalities):
+    cardinalities.setdefault(tff.CLIENTS, 0)  # As TFF's own local factory.
+    executor = tff.framework.RemoteExecutor(worker.stub())
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  context = tff.framework.SyncExecutionContext(
+      executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_fn),
+      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result,
+  )
+  tff.framework.set_default_context(context)
+  _worker = worker
+  return worker
+
+
+def shutdown() -> None:
+  """Stops the worker started by `install_local_context` (safe to repeat)."""
+  if _worker is not None:
+    _worker.stop()

@@ -1,0 +1,1 @@
+"""Federated tasks: client data + model + default personalization split."""

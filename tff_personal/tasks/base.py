@@ -1,0 +1,119 @@
+"""What a task is: federated train/test data, a model, and how to batch data.
+
+A `Task` bundles
+  * `train_data` / `test_data`: `tff.simulation.datasets.ClientData` holding the
+    *raw* examples of the same clients (every training client has its own
+    test split);
+  * `model`: a `ModelSpec`, the Keras builder plus its blocks (see below);
+  * two preprocessing functions turning a client's raw dataset into batches
+    of `(x, y)`: `preprocess_train(ds, epochs, batch_size, seed)` (seeded
+    shuffle, so the same seed gives the same batches) and
+    `preprocess_eval(ds, batch_size)` (no shuffle, one pass);
+  * `default_personal_blocks`: how many blocks from the top FedPer keeps
+    personal by default.
+
+Blocks follow FedPer (Arivazhagan et al. 2019): a model is a stack of blocks,
+numbered from the top, the classifier being block 1. `ModelSpec.blocks` lists
+the Keras layer names of each block from the *bottom* (input side) to the top.
+"""
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+ClientData = tff.simulation.datasets.ClientData
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """A Keras model builder and the metadata the algorithms need.
+
+  Attributes:
+    build: returns a new, built, uncompiled `tf.keras.Model`. Stochastic
+      layers (dropout) and batch statistics (BatchNorm) are not allowed: runs
+      must be reproducible and FL-friendly. Initial weights are drawn from
+      Keras' global RNG, so `initial_weights(seed)` is deterministic.
+    blocks: Keras layer names per block, bottom to top; the last block is the
+      classifier (FedPer's block 1). Every trainable layer is in one block.
+    loss: builds the training loss (expects the model's output and `y`).
+    metrics: builds the Keras metrics; the first is the task's accuracy.
+    input_spec: the element spec of a batched `(x, y)` dataset.
+  """
+
+  build: Callable[[], tf.keras.Model]
+  blocks: Sequence[Sequence[str]]
+  loss: Callable[[], tf.keras.losses.Loss]
+  metrics: Callable[[], list[tf.keras.metrics.Metric]]
+  input_spec: tuple[tf.TensorSpec, tf.TensorSpec]
+
+  def initial_weights(self, seed: int) -> list[np.ndarray]:
+    """The model's trainable then non-trainable weights, drawn with `seed`."""
+    tf.keras.utils.set_random_seed(seed)
+    model = self.build()
+    return [v.numpy() for v in model.trainable_weights + model.non_trainable_weights]
+
+  def tff_model_fn(self) -> tff.learning.models.VariableModel:
+    """A `tff.learning` model over this Keras model (a TFF `model_fn`)."""
+    return tff.learning.models.from_keras_model(
+        self.build(),
+        loss=self.loss(),
+        input_spec=self.input_spec,
+        metrics=self.metrics(),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A federated task; see the module docstring."""
+
+  name: str
+  train_data: ClientData
+  test_data: ClientData
+  model: ModelSpec
+  preprocess_train: Callable[[tf.data.Dataset, int, int, int], tf.data.Dataset]
+  preprocess_eval: Callable[[tf.data.Dataset, int], tf.data.Dataset]
+  default_personal_blocks: int = 1
+
+  @property
+  def client_ids(self) -> list[str]:
+    return self.train_data.client_ids
+
+  def train_dataset(
+      self, client_id: str, *, epochs: int, batch_size: int, seed: int
+  ) -> tf.data.Dataset:
+    """Batches of `(x, y)` for one client's local training."""
+    raw = self.train_data.create_tf_dataset_for_client(client_id)
+    return self.preprocess_train(raw, epochs, batch_size, seed)
+
+  def test_dataset(self, client_id: str, *, batch_size: int) -> tf.data.Dataset:
+    """Batches of `(x, y)` of one client's own test split."""
+    raw = self.test_data.create_tf_dataset_for_client(client_id)
+    return self.preprocess_eval(raw, batch_size)
+
+
+class DataUnavailableError(Exception):
+  """Data a task needs is missing; the message says what to do.
+
+  Drivers print the message as a one-line error and exit with code 2.
+  """
+
+
+def shuffle_repeat_batch(
+    dataset: tf.data.Dataset,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    shuffle_buffer: int = 1000,
+) -> tf.data.Dataset:
+  """Seeded shuffle (reshuffled every epoch), `epochs` passes, batches.
+
+  Same seed, same order: resumed runs replay exactly the same batches.
+  """
+  return (
+      dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+      .repeat(epochs)
+      .batch(batch_size)
+  )
