@@ -13,11 +13,12 @@ PYTEST_ARGS ?=
 
 setup: $(VENV)/.installed fmnist-data
 
-$(VENV)/.installed: requirements.txt overrides.txt requirements-nodeps.txt
+$(VENV)/.installed: requirements.txt overrides.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(UV) pip install --quiet --python $(PY) -r requirements.txt --override overrides.txt
 	$(UV) pip install --quiet --python $(PY) --no-deps -r requirements-nodeps.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
 # Fashion-MNIST idx files from Debian's dataset-fashion-mnist (tasks fmnist).

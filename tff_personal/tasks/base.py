@@ -20,7 +20,6 @@ the Keras layer names of each block from the *bottom* (input side) to the top.
 import dataclasses
 from typing import Callable, Sequence
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -49,11 +48,14 @@ class ModelSpec:
   metrics: Callable[[], list[tf.keras.metrics.Metric]]
   input_spec: tuple[tf.TensorSpec, tf.TensorSpec]
 
-  def initial_weights(self, seed: int) -> list[np.ndarray]:
-    """The model's trainable then non-trainable weights, drawn with `seed`."""
+  def initial_weights(self, seed: int) -> tff.learning.models.ModelWeights:
+    """The model's initial weights (NumPy), drawn with `seed`."""
     tf.keras.utils.set_random_seed(seed)
     model = self.build()
-    return [v.numpy() for v in model.trainable_weights + model.non_trainable_weights]
+    return tff.learning.models.ModelWeights(
+        trainable=[v.numpy() for v in model.trainable_weights],
+        non_trainable=[v.numpy() for v in model.non_trainable_weights],
+    )
 
   def tff_model_fn(self) -> tff.learning.models.VariableModel:
     """A `tff.learning` model over this Keras model (a TFF `model_fn`)."""

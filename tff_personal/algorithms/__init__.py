@@ -1,0 +1,1 @@
+"""Federated algorithms, one module each, all `PersonalizedProcess`es."""

@@ -1,0 +1,1 @@
+"""Per-client evaluation and the fairness summaries of its results."""

@@ -1,0 +1,27 @@
+"""Summaries of per-client metrics: the mean and the spread over clients.
+
+Personalization is judged per client (Ditto, Li et al. 2021, reports the mean
+and standard deviation of per-client test accuracy as its fairness measure;
+LINDT compares clients one by one), so every summary is over clients with
+equal weight, not over pooled examples.
+"""
+
+import collections
+from typing import Sequence
+
+import numpy as np
+
+
+def summarize(values: Sequence[float], prefix: str) -> collections.OrderedDict:
+  """Mean, std, min, 10th percentile, median and max of per-client values."""
+  values = np.asarray(values, dtype=np.float64)
+  if values.size == 0:
+    return collections.OrderedDict()
+  return collections.OrderedDict([
+      (f'{prefix}_mean', float(np.mean(values))),
+      (f'{prefix}_std', float(np.std(values))),
+      (f'{prefix}_min', float(np.min(values))),
+      (f'{prefix}_p10', float(np.percentile(values, 10))),
+      (f'{prefix}_median', float(np.median(values))),
+      (f'{prefix}_max', float(np.max(values))),
+  ])

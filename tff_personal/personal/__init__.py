@@ -1,0 +1,1 @@
+"""Personal client state: the personalized process template and its store."""

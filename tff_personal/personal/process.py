@@ -1,0 +1,173 @@
+"""The personalized iterative process shared by every algorithm.
+
+TFF's `tff.learning.templates.LearningProcess` has `next(state, data)`: it
+cannot keep a client's variables from one round to the next. FedPer, Ditto,
+LINDT, APFL and Local all need that, so every algorithm of tff_personal is a
+`PersonalizedProcess` (in the spirit of TFF's `examples/stateful_clients`):
+
+  initialize: ( -> S@SERVER)
+  next: (<state=S@SERVER, client_data={D*}@CLIENTS, personal_states={P}@CLIENTS>
+         -> <state=S@SERVER, personal_states={P}@CLIENTS, metrics=M@SERVER>)
+  get_model_weights: (S -> W)  the shared (global) model weights in the state
+  evaluate: (<model_weights=W@SERVER, client_data={D*}@CLIENTS,
+              personal_states={P}@CLIENTS> -> {E}@CLIENTS)
+     each client's metrics of its own model (shared part + its personal part)
+     on its own data, left at CLIENTS (the program reads them per client).
+
+Personal states P appear only at CLIENTS: `check_personal_states_stay_at_clients`
+verifies the placements on the type signatures for every process. Algorithms
+without personal state (FedAvg) use the empty struct `<>` for P.
+"""
+
+import collections
+from typing import Any, Callable, NamedTuple
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+InitialPersonalStateFn = Callable[[str, Any], Any]
+
+
+class PersonalizedProcessOutput(NamedTuple):
+  """The result of `PersonalizedProcess.next`."""
+
+  state: Any
+  personal_states: Any
+  metrics: Any
+
+
+class PersonalizedProcess(tff.templates.IterativeProcess):
+  """An iterative process whose clients keep personal state between rounds.
+
+  See the module docstring for the type signatures.
+  """
+
+  def __init__(
+      self,
+      initialize_fn: tff.Computation,
+      next_fn: tff.Computation,
+      get_model_weights: tff.Computation,
+      evaluate_fn: tff.Computation,
+      initial_personal_state_fn: InitialPersonalStateFn,
+  ):
+    """Builds the process from its computations.
+
+    Args:
+      initialize_fn: `( -> S@SERVER)`.
+      next_fn: see the module docstring.
+      get_model_weights: `(S -> W)`.
+      evaluate_fn: see the module docstring.
+      initial_personal_state_fn: `(client_id, W) -> P` in NumPy, the state of
+        a client seen for the first time (given the current shared weights W);
+        runs in the program, like the client's own set-up would on a device.
+    """
+    super().__init__(initialize_fn, next_fn)
+    self._get_model_weights = get_model_weights
+    self._evaluate = evaluate_fn
+    self._initial_personal_state_fn = initial_personal_state_fn
+    parameter = next_fn.type_signature.parameter
+    if len(parameter) != 3:
+      raise TypeError(
+          'next must take <state@SERVER, client_data@CLIENTS,'
+          f' personal_states@CLIENTS>, got {parameter}.'
+      )
+    self._personal_state_type = parameter[2]
+    check_personal_states_stay_at_clients(self)
+
+  @property
+  def personal_state_type(self) -> tff.FederatedType:
+    """The type `{P}@CLIENTS` of the clients' personal states."""
+    return self._personal_state_type
+
+  @property
+  def has_personal_state(self) -> bool:
+    member = self._personal_state_type.member
+    return not (isinstance(member, tff.StructType) and not member)
+
+  def initial_personal_state(self, client_id: str, model_weights: Any) -> Any:
+    """The personal state P of a client seen for the first time."""
+    return self._initial_personal_state_fn(client_id, model_weights)
+
+  @property
+  def get_model_weights(self) -> tff.Computation:
+    return self._get_model_weights
+
+  @property
+  def evaluate(self) -> tff.Computation:
+    return self._evaluate
+
+
+def check_personal_states_stay_at_clients(process: PersonalizedProcess) -> None:
+  """Raises `TypeError` unless the signature keeps personal states at CLIENTS.
+
+  `next` must take and return personal states of one type `{P}@CLIENTS` and
+  return its state and metrics at SERVER. That no personal *value* reaches the
+  server is a property of the body, tested by canary tests.
+  """
+  personal = process.personal_state_type
+  if personal.placement is not tff.CLIENTS or personal.all_equal:
+    raise TypeError(f'Personal states must be {{P}}@CLIENTS, got {personal}.')
+  result = process.next.type_signature.result
+  if not result[1].is_equivalent_to(personal):
+    raise TypeError(
+        f'next returns personal states of type {result[1]}, expected {personal}.'
+    )
+  for name, part in (('state', result[0]), ('metrics', result[2])):
+    if part.placement is not tff.SERVER:
+      raise TypeError(f'next must return its {name} at SERVER, got {part}.')
+
+
+def empty_personal_states(num_clients: int) -> list[collections.OrderedDict]:
+  """The personal states of clients of an algorithm without any (FedAvg)."""
+  return [collections.OrderedDict() for _ in range(num_clients)]
+
+
+def from_learning_process(
+    learning_process: tff.learning.templates.LearningProcess,
+    initial_model_weights: tff.learning.models.ModelWeights,
+    evaluate_fn: tff.Computation,
+) -> PersonalizedProcess:
+  """Wraps a `LearningProcess` without personal state (personal P = `<>`).
+
+  `initialize` is the learning process's with its model weights replaced by
+  `initial_model_weights` (TFF's initializers are not seeded), and `next`
+  passes the (empty) personal states through untouched; everything else is
+  the learning process's own computation.
+  """
+  state_type = learning_process.initialize.type_signature.result
+  data_type = learning_process.next.type_signature.parameter[1]
+  personal_type = tff.FederatedType(tff.StructType([]), tff.CLIENTS)
+  initial_weights_fn = constant_computation(initial_model_weights)
+
+  @tff.federated_computation
+  def initialize_fn():
+    return tff.federated_map(
+        learning_process.set_model_weights,
+        (learning_process.initialize(), tff.federated_eval(initial_weights_fn, tff.SERVER)),
+    )
+
+  @tff.federated_computation(state_type, data_type, personal_type)
+  def next_fn(state, client_data, personal_states):
+    output = learning_process.next(state, client_data)
+    return PersonalizedProcessOutput(output.state, personal_states, output.metrics)
+
+  return PersonalizedProcess(
+      initialize_fn,
+      next_fn,
+      learning_process.get_model_weights,
+      evaluate_fn,
+      initial_personal_state_fn=lambda client_id, model_weights: (
+          collections.OrderedDict()
+      ),
+  )
+
+
+def constant_computation(value: Any) -> tff.Computation:
+  """A no-argument TF computation returning the NumPy structure `value`."""
+
+  @tff.tensorflow.computation
+  def constant():
+    return tf.nest.map_structure(tf.constant, value)
+
+  return constant

@@ -1,0 +1,1 @@
+"""The training program: sampling, evaluation, checkpoints and outputs."""

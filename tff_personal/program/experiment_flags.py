@@ -1,0 +1,193 @@
+"""The absl flags of an experiment, shared by the binaries in bin/.
+
+Only drivers import this module (importing it defines the flags). Flags are
+grouped by prefix: `client_`, `server_`, `eval_`, and the data flags of the
+tasks. `check_and_exit` turns bad input into a one-line error and exit code 2.
+"""
+
+import os
+import sys
+from typing import Any, NoReturn
+
+from absl import flags
+
+from tff_personal.algorithms import registry as algorithm_registry
+from tff_personal.program import training_loop
+from tff_personal.tasks import registry as task_registry
+
+# What is trained.
+TASK = flags.DEFINE_enum('task', 'femnist', task_registry.TASK_NAMES, 'Task (data and model).')
+ALGORITHM = flags.DEFINE_enum(
+    'algorithm', 'fedavg', algorithm_registry.ALGORITHM_NAMES, 'Federated algorithm.'
+)
+SEED = flags.DEFINE_integer('seed', 0, 'Seeds model init, sampling, data order, partitions.')
+
+# Rounds and clients.
+TOTAL_ROUNDS = flags.DEFINE_integer('total_rounds', 10, 'Rounds to train.', lower_bound=1)
+CLIENTS_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', 10, 'Clients sampled per round.', lower_bound=1
+)
+CLIENT_EPOCHS = flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.', lower_bound=1)
+CLIENT_BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 20, 'Local batch size.', lower_bound=1)
+CLIENT_LEARNING_RATE = flags.DEFINE_float(
+    'client_learning_rate', 0.02, 'Client SGD learning rate.', lower_bound=0.0
+)
+SERVER_LEARNING_RATE = flags.DEFINE_float(
+    'server_learning_rate', 1.0, 'Server SGD learning rate.', lower_bound=0.0
+)
+
+# Evaluation, checkpoints and outputs.
+ROUNDS_PER_EVAL = flags.DEFINE_integer(
+    'rounds_per_eval', 5, 'Per-client evaluation every this many rounds.', lower_bound=1
+)
+ROUNDS_PER_CHECKPOINT = flags.DEFINE_integer(
+    'rounds_per_checkpoint', 5, 'Checkpoint every this many rounds.', lower_bound=1
+)
+EVAL_CLIENTS = flags.DEFINE_integer(
+    'eval_clients', 0, 'Clients evaluated (fixed seeded subset); 0 = all.', lower_bound=0
+)
+EVAL_BATCH_SIZE = flags.DEFINE_integer('eval_batch_size', 64, 'Evaluation batch size.', lower_bound=1)
+ROOT_OUTPUT_DIR = flags.DEFINE_string('root_output_dir', 'output', 'Root of all outputs.')
+EXPERIMENT_NAME = flags.DEFINE_string(
+    'experiment_name', None, 'Output subfolder; default <task>_<algorithm>_seed<seed>.'
+)
+
+# Data of the tasks.
+CACHE_DIR = flags.DEFINE_string(
+    'cache_dir', task_registry.DEFAULT_CACHE_DIR, "TFF's dataset cache (<cache_dir>/<name>.sqlite)."
+)
+DATA_DIR = flags.DEFINE_string(
+    'data_dir', task_registry.DEFAULT_FMNIST_DIR, 'Folder of idx files (fmnist, mnist).'
+)
+FEMNIST_PATH = flags.DEFINE_string(
+    'femnist_path', task_registry.DEFAULT_FEMNIST_PATH, 'The FEMNIST sample (femnist105.npz).'
+)
+PARTITION = flags.DEFINE_enum(
+    'partition', 'k_classes', task_registry.PARTITIONS, 'Synthetic partition (fmnist, mnist).'
+)
+NUM_CLIENTS = flags.DEFINE_integer(
+    'num_clients', 10, 'Clients of a synthetic partition.', lower_bound=1
+)
+CLASSES_PER_CLIENT = flags.DEFINE_integer(
+    'classes_per_client', 2, 'Classes per client (k_classes, ditto).', lower_bound=1
+)
+DIRICHLET_ALPHA = flags.DEFINE_float(
+    'dirichlet_alpha', 0.5, 'Concentration of the dirichlet partition.', lower_bound=0.0
+)
+TEST_FRACTION = flags.DEFINE_float(
+    'test_fraction', 0.2, "Share of a client's examples in its own test split.",
+    lower_bound=0.0, upper_bound=1.0,
+)
+STACKOVERFLOW_TASK = flags.DEFINE_enum(
+    'stackoverflow_task', 'word', task_registry.STACKOVERFLOW_TASKS, 'StackOverflow task.'
+)
+STACKOVERFLOW_VOCAB_SOURCE = flags.DEFINE_enum(
+    'stackoverflow_vocab_source', 'auto', task_registry.STACKOVERFLOW_VOCAB_SOURCES,
+    "Vocabularies from TFF's count files, from the training clients, or auto.",
+)
+SEQUENCE_LENGTH = flags.DEFINE_integer(
+    'sequence_length', 0, 'Tokens per example of text tasks; 0 = task default.', lower_bound=0
+)
+
+# The flags that define a run (a resumed run must agree on them, except the
+# cadence of evaluation and checkpoints and the number of rounds).
+_RUN_FLAGS = (
+    TASK, ALGORITHM, SEED, TOTAL_ROUNDS, CLIENTS_PER_ROUND, CLIENT_EPOCHS,
+    CLIENT_BATCH_SIZE, CLIENT_LEARNING_RATE, SERVER_LEARNING_RATE,
+    ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
+    CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
+    CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
+    STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH,
+)
+
+
+class UsageError(Exception):
+  """Bad input; the message names the flag and what is allowed."""
+
+
+def exit_with_error(message: str) -> NoReturn:
+  """Prints `<program>: error: <message>` on one line and exits with code 2."""
+  program = os.path.basename(sys.argv[0]) if sys.argv else 'tff_personal'
+  print(f'{program}: error: {" ".join(str(message).split())}', file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def parse_flags_or_exit(argv: list[str]) -> list[str]:
+  """An absl `flags_parser` that reports bad flags on one line, exit code 2."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    exit_with_error(e)
+
+
+def task_options() -> task_registry.TaskOptions:
+  return task_registry.TaskOptions(
+      seed=SEED.value,
+      cache_dir=CACHE_DIR.value,
+      data_dir=DATA_DIR.value,
+      femnist_path=FEMNIST_PATH.value,
+      partition=PARTITION.value,
+      num_clients=NUM_CLIENTS.value,
+      classes_per_client=CLASSES_PER_CLIENT.value,
+      dirichlet_alpha=DIRICHLET_ALPHA.value,
+      test_fraction=TEST_FRACTION.value,
+      stackoverflow_task=STACKOVERFLOW_TASK.value,
+      stackoverflow_vocab_source=STACKOVERFLOW_VOCAB_SOURCE.value,
+      sequence_length=SEQUENCE_LENGTH.value,
+  )
+
+
+def algorithm_options() -> algorithm_registry.AlgorithmOptions:
+  return algorithm_registry.AlgorithmOptions(
+      client_learning_rate=CLIENT_LEARNING_RATE.value,
+      server_learning_rate=SERVER_LEARNING_RATE.value,
+      seed=SEED.value,
+  )
+
+
+def training_config() -> training_loop.TrainingConfig:
+  return training_loop.TrainingConfig(
+      total_rounds=TOTAL_ROUNDS.value,
+      clients_per_round=CLIENTS_PER_ROUND.value,
+      client_epochs=CLIENT_EPOCHS.value,
+      client_batch_size=CLIENT_BATCH_SIZE.value,
+      rounds_per_eval=ROUNDS_PER_EVAL.value,
+      rounds_per_checkpoint=ROUNDS_PER_CHECKPOINT.value,
+      eval_clients=EVAL_CLIENTS.value,
+      eval_batch_size=EVAL_BATCH_SIZE.value,
+      seed=SEED.value,
+  )
+
+
+def experiment_name() -> str:
+  return EXPERIMENT_NAME.value or f'{TASK.value}_{ALGORITHM.value}_seed{SEED.value}'
+
+
+def run_config() -> dict[str, Any]:
+  """The flags that define the run, by name."""
+  return {holder.name: holder.value for holder in _RUN_FLAGS}
+
+
+def resolved_flagfile() -> str:
+  """A flagfile of every experiment flag's value (reruns the same run)."""
+  lines = [f'--{holder.name}={holder.value}' for holder in _RUN_FLAGS]
+  lines += [
+      f'--root_output_dir={ROOT_OUTPUT_DIR.value}',
+      f'--experiment_name={experiment_name()}',
+  ]
+  return '\n'.join(lines) + '\n'
+
+
+def check_output_dir_writable(path: str) -> None:
+  """Raises `UsageError` naming --root_output_dir if `path` is not writable."""
+  try:
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, '.write_test')
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise UsageError(
+        f'--root_output_dir={ROOT_OUTPUT_DIR.value}: cannot write {path}'
+        f' ({e.strerror or e}).'
+    ) from e

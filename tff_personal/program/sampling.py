@@ -1,0 +1,41 @@
+"""Seeded client sampling and per-client data seeds.
+
+Sampling is fixed-size uniform sampling without replacement, drawn
+independently each round from the whole population. Both functions are pure
+functions of (seed, round, ...), so a resumed run draws exactly what an
+uninterrupted one does, with no sampler state to checkpoint.
+"""
+
+from typing import Sequence
+
+import numpy as np
+
+
+def sample_clients(
+    population: Sequence[str], clients_per_round: int, *, seed: int, round_num: int
+) -> list[str]:
+  """`clients_per_round` distinct clients, uniformly at random, in population order."""
+  if not 0 < clients_per_round <= len(population):
+    raise ValueError(
+        f'clients_per_round must be in [1, {len(population)}], got'
+        f' {clients_per_round}.'
+    )
+  rng = np.random.default_rng([seed, round_num])
+  chosen = rng.choice(len(population), size=clients_per_round, replace=False)
+  return [population[i] for i in sorted(chosen)]
+
+
+def data_seed(seed: int, round_num: int, client_index: int) -> int:
+  """The shuffle seed of one client's data in one round."""
+  sequence = np.random.SeedSequence([seed, round_num, client_index])
+  return int(sequence.generate_state(1)[0])
+
+
+def fixed_subset(
+    population: Sequence[str], size: int, *, seed: int
+) -> list[str]:
+  """A seeded subset of `size` clients (all of them when size is 0 or more)."""
+  if size <= 0 or size >= len(population):
+    return list(population)
+  rng = np.random.default_rng([seed, 0x5EED])
+  return [population[i] for i in sorted(rng.choice(len(population), size, replace=False))]

@@ -1,0 +1,337 @@
+"""The federated training program shared by every algorithm and task.
+
+Each round r = 1..R:
+  1. sample `clients_per_round` clients (seeded, `sampling.sample_clients`);
+  2. build their training datasets (seeded shuffles) and read their personal
+     states from the store (new clients get `initial_personal_state`);
+  3. run `process.next`; write the returned personal states to the store;
+  4. every `rounds_per_eval` rounds (and at the end) evaluate every
+     evaluation client's own model on its own test split, write the
+     per-client rows and add mean/std/min/p10 to the round metrics;
+  5. every `rounds_per_checkpoint` rounds (and at the end) checkpoint.
+
+A run restarted with the same configuration resumes from its last checkpoint
+and, everything being seeded, reproduces the uninterrupted run's metrics.
+"""
+
+import collections
+import dataclasses
+import datetime
+import sys
+import time
+from typing import Any, Mapping, Optional, TextIO
+
+import numpy as np
+import tensorflow as tf
+
+from tff_personal.evaluation import summary as summary_lib
+from tff_personal.personal import process as process_lib
+from tff_personal.personal import store as store_lib
+from tff_personal.program import checkpoints as checkpoints_lib
+from tff_personal.program import outputs
+from tff_personal.program import sampling
+from tff_personal.tasks import base
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+  """How long and on what a process is trained and evaluated.
+
+  Attributes:
+    total_rounds: rounds to run.
+    clients_per_round: clients sampled per round (without replacement).
+    client_epochs: local epochs per round.
+    client_batch_size: local batch size.
+    rounds_per_eval: evaluate every this many rounds (and after the last).
+    rounds_per_checkpoint: checkpoint every this many rounds (and at the end).
+    eval_clients: number of clients evaluated (a fixed seeded subset); 0 = all.
+    eval_batch_size: batch size of evaluation.
+    eval_clients_per_call: clients per TFF evaluation call.
+    seed: seeds sampling, data order and the evaluation subset.
+  """
+
+  total_rounds: int
+  clients_per_round: int
+  client_epochs: int = 1
+  client_batch_size: int = 20
+  rounds_per_eval: int = 10
+  rounds_per_checkpoint: int = 10
+  eval_clients: int = 0
+  eval_batch_size: int = 64
+  eval_clients_per_call: int = 50
+  seed: int = 0
+
+
+class ResumeError(Exception):
+  """The output directory holds a run this one cannot resume."""
+
+
+def _flat(structure: Any) -> list[np.ndarray]:
+  return [np.asarray(v) for v in tf.nest.flatten(structure)]
+
+
+class _PersonalStates:
+  """Reads and writes the personal states of a round's clients."""
+
+  def __init__(self, process: process_lib.PersonalizedProcess, store_path: str):
+    self._process = process
+    self._store = (
+        store_lib.ClientStateStore(store_path) if process.has_personal_state else None
+    )
+    self._template = None
+
+  @property
+  def store(self) -> Optional[store_lib.ClientStateStore]:
+    return self._store
+
+  def read(self, client_ids, before_round: int, model_weights_fn) -> list[Any]:
+    """The clients' states; new clients get `initial_personal_state`."""
+    if self._store is None:
+      return [collections.OrderedDict() for _ in client_ids]
+    flat_states = self._store.read(client_ids, before_round=before_round)
+    model_weights = None
+    if self._template is None or any(f is None for f in flat_states):
+      model_weights = model_weights_fn()
+    if self._template is None:
+      self._template = self._process.initial_personal_state(client_ids[0], model_weights)
+    return [
+        self._process.initial_personal_state(client_id, model_weights)
+        if flat is None
+        else tf.nest.pack_sequence_as(self._template, flat)
+        for client_id, flat in zip(client_ids, flat_states)
+    ]
+
+  def write(self, round_num: int, client_ids, states) -> None:
+    if self._store is not None:
+      self._store.write(round_num, {c: _flat(s) for c, s in zip(client_ids, states)})
+
+  def fingerprint(self, round_num: int) -> np.ndarray:
+    if self._store is None:
+      return store_lib.StoreFingerprint(round_num, 0, 0).as_array()
+    return self._store.fingerprint(round_num).as_array()
+
+  def after_checkpoint(self, round_num: int) -> None:
+    if self._store is not None:
+      self._store.checkpoint(round_num)
+
+  def restore(self, fingerprint: np.ndarray) -> None:
+    if self._store is not None:
+      self._store.restore(store_lib.StoreFingerprint.from_array(fingerprint))
+
+  def close(self) -> None:
+    if self._store is not None:
+      self._store.close()
+
+
+def _format_duration(seconds: float) -> str:
+  return str(datetime.timedelta(seconds=int(round(seconds))))
+
+
+def run_training(
+    task: base.Task,
+    process: process_lib.PersonalizedProcess,
+    config: TrainingConfig,
+    experiment: outputs.ExperimentDir,
+    *,
+    run_config: Mapping[str, Any],
+    progress_stream: Optional[TextIO] = sys.stdout,
+) -> dict[str, Any]:
+  """Trains `process` on `task`, resuming from `experiment` when possible.
+
+  Args:
+    task: the task (data and model).
+    process: the algorithm.
+    config: rounds, sampling and evaluation settings.
+    experiment: the output directory.
+    run_config: everything that defines the run (flags); a run resumes only
+      into a directory written with the same `run_config` (except
+      `total_rounds`, which may grow, and the output/evaluation cadence).
+    progress_stream: where the per-round progress line goes (None: nowhere).
+
+  Returns:
+    The run summary (also written to `summary.json`).
+  """
+  experiment.make()
+  _check_resumable(experiment, run_config)
+  population = sorted(task.client_ids)
+  if config.clients_per_round > len(population):
+    raise ValueError(
+        f'clients_per_round={config.clients_per_round} exceeds the'
+        f' {len(population)} clients of task {task.name}.'
+    )
+  client_index = {c: i for i, c in enumerate(population)}
+  eval_population = sampling.fixed_subset(population, config.eval_clients, seed=config.seed)
+  accuracy_name = task.model.metrics()[0].name
+
+  metrics_csv = outputs.RoundCsv(experiment.metrics_path)
+  eval_csv = outputs.RoundCsv(experiment.eval_path)
+  tensorboard = outputs.TensorBoardWriter(experiment.tensorboard_dir)
+  checkpoints = checkpoints_lib.CheckpointManager(experiment.checkpoint_dir)
+  personal = _PersonalStates(process, experiment.store_path)
+
+  state = process.initialize()
+  template = checkpoints_lib.program_state(0, state, personal.fingerprint(0), 0.0)
+  loaded = checkpoints.load_latest(template)
+  if loaded is None:
+    start_round, elapsed = 0, 0.0
+    personal.restore(personal.fingerprint(0))  # Drops rows of an unsaved start.
+  else:
+    start_round = int(loaded['round_num'])
+    state = loaded['server_state']
+    elapsed = float(loaded['elapsed_seconds'])
+    personal.restore(loaded['store_fingerprint'])
+    _log(progress_stream, f'Resuming {experiment.path} after round {start_round}.')
+  metrics_csv.truncate_after(start_round)
+  eval_csv.truncate_after(start_round)
+  outputs.write_json(experiment.config_path, dict(run_config))
+
+  last_eval_summary = _last_eval_summary(metrics_csv, accuracy_name)
+  round_times = []
+  for round_num in range(start_round + 1, config.total_rounds + 1):
+    started = time.monotonic()
+    clients = sampling.sample_clients(
+        population, config.clients_per_round, seed=config.seed, round_num=round_num
+    )
+    client_data = [
+        task.train_dataset(
+            c,
+            epochs=config.client_epochs,
+            batch_size=config.client_batch_size,
+            seed=sampling.data_seed(config.seed, round_num, client_index[c]),
+        )
+        for c in clients
+    ]
+    personal_states = personal.read(
+        clients, round_num, lambda: process.get_model_weights(state)
+    )
+    output = process.next(state, client_data, personal_states)
+    state = output.state
+    personal.write(round_num, clients, output.personal_states)
+    train_seconds = time.monotonic() - started
+
+    row = collections.OrderedDict(round=round_num)
+    row.update(outputs.flatten_metrics(output.metrics))
+    row['round_seconds'] = train_seconds
+    if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
+      eval_rows = _evaluate_clients(
+          task, process, state, personal, eval_population, round_num, config
+      )
+      eval_csv.append(eval_rows)
+      last_eval_summary = _summarize_eval(eval_rows, accuracy_name)
+      row.update(last_eval_summary)
+    metrics_csv.append([row])
+    tensorboard.write(round_num, row)
+
+    elapsed += time.monotonic() - started
+    if round_num % config.rounds_per_checkpoint == 0 or round_num == config.total_rounds:
+      fingerprint = personal.fingerprint(round_num)
+      checkpoints.save(
+          checkpoints_lib.program_state(round_num, state, fingerprint, elapsed)
+      )
+      personal.after_checkpoint(round_num)
+    round_times.append(time.monotonic() - started)
+    _log(
+        progress_stream,
+        _progress_line(round_num, config.total_rounds, round_times, row, accuracy_name),
+    )
+
+  tensorboard.close()
+  personal.close()
+  summary = collections.OrderedDict(
+      experiment_dir=experiment.path,
+      task=task.name,
+      rounds_completed=config.total_rounds,
+      num_clients=len(population),
+      num_eval_clients=len(eval_population),
+      accuracy_metric=accuracy_name,
+      elapsed_seconds=elapsed,
+      final_eval=last_eval_summary,
+      run_config=dict(run_config),
+  )
+  outputs.write_json(experiment.summary_path, summary)
+  return summary
+
+
+def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str, Any]) -> None:
+  try:
+    previous = outputs.read_json(experiment.config_path)
+  except FileNotFoundError:
+    return
+  mutable = {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint'}
+  current = dict(run_config)
+  differences = sorted(
+      k
+      for k in set(previous) | set(current)
+      if k not in mutable and previous.get(k) != current.get(k)
+  )
+  if differences:
+    details = ', '.join(
+        f'--{k}={previous.get(k)!r} there vs {current.get(k)!r} now' for k in differences
+    )
+    raise ResumeError(
+        f'{experiment.path} holds a run with other settings ({details}); use'
+        ' another --experiment_name or the same flags.'
+    )
+
+
+def _evaluate_clients(task, process, state, personal, eval_population, round_num, config):
+  model_weights = process.get_model_weights(state)
+  rows = []
+  step = config.eval_clients_per_call
+  for start in range(0, len(eval_population), step):
+    chunk = eval_population[start : start + step]
+    test_data = [task.test_dataset(c, batch_size=config.eval_batch_size) for c in chunk]
+    states = personal.read(chunk, round_num + 1, lambda: model_weights)
+    results = process.evaluate(model_weights, test_data, states)
+    for client_id, metrics in zip(chunk, results):
+      row = collections.OrderedDict(round=round_num, client_id=client_id)
+      row.update(outputs.flatten_metrics(metrics))
+      rows.append(row)
+  return rows
+
+
+def _summarize_eval(eval_rows, accuracy_name: str) -> collections.OrderedDict:
+  rows = [r for r in eval_rows if r['num_examples'] > 0]
+  result = collections.OrderedDict()
+  result.update(summary_lib.summarize([r[accuracy_name] for r in rows], 'eval/accuracy'))
+  result.update(summary_lib.summarize([r['loss'] for r in rows], 'eval/loss'))
+  result['eval/num_clients'] = len(rows)
+  return result
+
+
+def _last_eval_summary(metrics_csv: outputs.RoundCsv, accuracy_name: str):
+  del accuracy_name  # The summary columns do not depend on it.
+  for row in reversed(metrics_csv.read()):
+    if row.get('eval/accuracy_mean'):
+      return collections.OrderedDict(
+          (k, float(v)) for k, v in row.items() if k.startswith('eval/') and v
+      )
+  return collections.OrderedDict()
+
+
+def _progress_line(round_num, total_rounds, round_times, row, accuracy_name) -> str:
+  recent = round_times[-10:]
+  seconds_per_round = sum(recent) / len(recent)
+  eta = seconds_per_round * (total_rounds - round_num)
+  parts = [
+      f'round {round_num}/{total_rounds}',
+      f'{seconds_per_round:.2f} s/round',
+      f'ETA {_format_duration(eta)}',
+  ]
+  train_loss = row.get('client_work/train/loss')
+  train_accuracy = row.get(f'client_work/train/{accuracy_name}')
+  if train_loss is not None:
+    parts.append(f'train loss {train_loss:.4f}')
+  if train_accuracy is not None:
+    parts.append(f'train acc {train_accuracy:.4f}')
+  if 'eval/accuracy_mean' in row:
+    parts.append(
+        f'eval acc mean {row["eval/accuracy_mean"]:.4f} (p10'
+        f' {row["eval/accuracy_p10"]:.4f}, {row["eval/num_clients"]} clients)'
+    )
+  return ' | '.join(parts)
+
+
+def _log(stream: Optional[TextIO], line: str) -> None:
+  if stream is not None:
+    print(line, file=stream, flush=True)
