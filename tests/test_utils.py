@@ -66,3 +66,14 @@ def tiny_task(num_clients: int = 4, hidden: int = 0) -> base.Task:
       ),
       preprocess_eval=lambda ds, batch_size: to_xy(ds).batch(batch_size),
   )
+
+
+def tiny_datasets(num_clients: int = 3, hidden: int = 3, seed: int = 1):
+  """Deterministic train/test datasets of the tiny task's clients, as lists."""
+  task = tiny_task(num_clients=num_clients, hidden=hidden)
+  train = [
+      task.train_dataset(c, epochs=2, batch_size=3, seed=seed + i)
+      for i, c in enumerate(task.client_ids)
+  ]
+  test = [task.test_dataset(c, batch_size=4) for c in task.client_ids]
+  return train, test

@@ -1,11 +1,11 @@
 """Algorithm names and the options their builders take."""
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from tff_personal.algorithms import fedavg
-from tff_personal.algorithms import local
-from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
+if TYPE_CHECKING:  # The registry itself imports no TensorFlow (fast flag checks).
+  from tff_personal.personal import process as process_lib
+  from tff_personal.tasks import base
 
 ALGORITHM_NAMES = ('fedavg', 'local')
 
@@ -27,9 +27,12 @@ class AlgorithmOptions:
 
 
 def build_algorithm(
-    name: str, model: base.ModelSpec, options: AlgorithmOptions
-) -> process_lib.PersonalizedProcess:
+    name: str, model: 'base.ModelSpec', options: AlgorithmOptions
+) -> 'process_lib.PersonalizedProcess':
   """Builds the algorithm `name` for `model`."""
+  from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
+  from tff_personal.algorithms import local  # pylint: disable=g-import-not-at-top
+
   if name == 'fedavg':
     return fedavg.build_fedavg(
         model,

@@ -1,6 +1,7 @@
 """The absl flags of an experiment, shared by the binaries in bin/.
 
-Only drivers import this module (importing it defines the flags). Flags are
+Only drivers import this module (importing it defines the flags). It imports
+no TensorFlow, so that bad flags are reported at once. Flags are
 grouped by prefix: `client_`, `server_`, `eval_`, and the data flags of the
 tasks. `check_and_exit` turns bad input into a one-line error and exit code 2.
 """
@@ -12,7 +13,6 @@ from typing import Any, NoReturn
 from absl import flags
 
 from tff_personal.algorithms import registry as algorithm_registry
-from tff_personal.program import training_loop
 from tff_personal.tasks import registry as task_registry
 
 # What is trained.
@@ -145,7 +145,10 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
   )
 
 
-def training_config() -> training_loop.TrainingConfig:
+def training_config():
+  """The `training_loop.TrainingConfig` of the flags."""
+  from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
+
   return training_loop.TrainingConfig(
       total_rounds=TOTAL_ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value,

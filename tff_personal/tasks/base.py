@@ -18,8 +18,10 @@ the Keras layer names of each block from the *bottom* (input side) to the top.
 """
 
 import dataclasses
+import random
 from typing import Callable, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -49,9 +51,21 @@ class ModelSpec:
   input_spec: tuple[tf.TensorSpec, tf.TensorSpec]
 
   def initial_weights(self, seed: int) -> tff.learning.models.ModelWeights:
-    """The model's initial weights (NumPy), drawn with `seed`."""
+    """The model's initial weights (NumPy), drawn with `seed`.
+
+    Keras draws initial weights from global RNGs; they are seeded for the
+    build and restored afterwards (TF's global seed back to unset), so that
+    nothing else, e.g. the order of a seeded `shuffle`, depends on whether or
+    when a model was initialized.
+    """
+    python_state, numpy_state = random.getstate(), np.random.get_state()
     tf.keras.utils.set_random_seed(seed)
-    model = self.build()
+    try:
+      model = self.build()
+    finally:
+      tf.random.set_seed(None)
+      random.setstate(python_state)
+      np.random.set_state(numpy_state)
     return tff.learning.models.ModelWeights(
         trainable=[v.numpy() for v in model.trainable_weights],
         non_trainable=[v.numpy() for v in model.non_trainable_weights],

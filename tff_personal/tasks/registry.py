@@ -2,9 +2,10 @@
 
 import dataclasses
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from tff_personal.tasks import base
+if TYPE_CHECKING:  # The registry itself imports no TensorFlow (fast flag checks).
+  from tff_personal.tasks import base
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_FEMNIST_PATH = os.path.join(_REPO_ROOT, '..', 'shared', 'data', 'femnist105.npz')
@@ -51,7 +52,7 @@ class TaskOptions:
   sequence_length: int = 0
 
 
-def _builders() -> dict[str, Callable[[TaskOptions], base.Task]]:
+def _builders() -> dict[str, Callable[[TaskOptions], 'base.Task']]:
   # Imported here so that importing the registry stays cheap.
   from tff_personal.tasks import cifar100
   from tff_personal.tasks import emnist
@@ -79,7 +80,7 @@ STACKOVERFLOW_TASKS = ('word', 'tag')
 STACKOVERFLOW_VOCAB_SOURCES = ('auto', 'count_files', 'clients')
 
 
-def build_task(name: str, options: TaskOptions) -> base.Task:
+def build_task(name: str, options: TaskOptions) -> 'base.Task':
   """Builds the task `name`; raises `base.DataUnavailableError` if data is missing."""
   builders = _builders()
   if name not in builders:

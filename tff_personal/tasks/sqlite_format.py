@@ -28,10 +28,11 @@ def _feature(value: FeatureValue) -> tf.train.Feature:
   if array.dtype.kind in ('S', 'U', 'O'):
     values = [v.encode() if isinstance(v, str) else bytes(v) for v in array.reshape(-1)]
     return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+  # .tolist(): protobuf copies Python floats/ints far faster than NumPy scalars.
   if array.dtype.kind == 'f':
-    return tf.train.Feature(float_list=tf.train.FloatList(value=array.reshape(-1)))
+    return tf.train.Feature(float_list=tf.train.FloatList(value=array.reshape(-1).tolist()))
   if array.dtype.kind in ('i', 'u', 'b'):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=array.reshape(-1)))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=array.reshape(-1).tolist()))
   raise TypeError(f'Unsupported feature dtype {array.dtype}.')
 
 
@@ -91,6 +92,7 @@ def write_client_data(
           'CREATE INDEX examples_by_client ON examples (client_id, split_name);'
       )
     connection.close()
+    os.chmod(tmp_path, 0o644)  # mkstemp creates it private to its owner.
     os.replace(tmp_path, database_path)
   except BaseException:
     os.remove(tmp_path)
