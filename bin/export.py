@@ -1,0 +1,57 @@
+"""Exports an algorithm's TFF computations (serialized) and their type signatures.
+
+  bin/export.py --algorithm=local --task=femnist --export_dir=output/export
+
+Writes initialize/next/evaluate/get_model_weights as serialized TFF
+computations plus manifest.json (see tff_personal/program/export.py); a
+production TFF runtime, or `tff_personal.program.export.load_exported`, runs
+them. Takes the same task and algorithm flags as bin/train.py.
+"""
+
+import os
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags  # pylint: disable=g-import-not-at-top
+
+from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
+
+EXPORT_DIR = flags.DEFINE_string(
+    'export_dir', None, 'Output folder; default <root_output_dir>/export/<task>_<algorithm>.'
+)
+
+
+def main(argv):
+  if len(argv) > 1:
+    ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
+  from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
+  from tff_personal.program import export  # pylint: disable=g-import-not-at-top
+  from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
+  from tff_personal.tasks import base  # pylint: disable=g-import-not-at-top
+  from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
+
+  directory = EXPORT_DIR.value or os.path.join(
+      ef.ROOT_OUTPUT_DIR.value, 'export', f'{ef.TASK.value}_{ef.ALGORITHM.value}'
+  )
+  try:
+    ef.check_output_dir_writable(directory)
+    task = task_registry.build_task(ef.TASK.value, ef.task_options())
+  except (ef.UsageError, base.DataUnavailableError) as e:
+    ef.exit_with_error(e)
+  context.install_local_context()
+  process = algorithm_registry.build_algorithm(
+      ef.ALGORITHM.value, task.model, ef.algorithm_options()
+  )
+  manifest = export.export_process(
+      process,
+      directory,
+      description={'algorithm': ef.ALGORITHM.value, 'task': ef.TASK.value, **ef.run_config()},
+  )
+  for name, entry in manifest['computations'].items():
+    print(f'{name}: {entry["type_signature"]}')
+  print(f'Exported to {directory}')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=ef.parse_flags_or_exit)

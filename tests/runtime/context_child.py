@@ -1,0 +1,35 @@
+"""A run for context_test.py: starts the TFF context, computes, then ends as told.
+
+Usage: context_child.py exit|raise|wait
+Prints `READY <worker pid>` once a computation has run on the worker.
+"""
+
+import os
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
+
+
+def main(mode: str) -> None:
+  worker = context.install_local_context()
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def total(values):
+    return tff.federated_sum(values)
+
+  assert total([1, 2, 3]) == 6
+  print(f'READY {worker.pid}', flush=True)
+  if mode == 'raise':
+    raise RuntimeError('the run failed')
+  if mode == 'wait':
+    time.sleep(600)
+
+
+if __name__ == '__main__':
+  main(sys.argv[1])
