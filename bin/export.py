@@ -13,6 +13,10 @@ import os
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from absl import app  # pylint: disable=g-import-not-at-top
+# TensorFlow must be imported before app.run: imported first inside app.run's
+# main, tf.keras builds graph tensors instead of KerasTensors (TF 2.14) and
+# models with Flatten fail to build.
+import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top

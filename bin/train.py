@@ -15,6 +15,10 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from absl import app  # pylint: disable=g-import-not-at-top
+# TensorFlow must be imported before app.run: imported first inside app.run's
+# main, tf.keras builds graph tensors instead of KerasTensors (TF 2.14) and
+# models with Flatten fail to build.
+import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 
 from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
 
@@ -22,7 +26,6 @@ from tff_personal.program import experiment_flags as ef  # pylint: disable=g-imp
 def main(argv):
   if len(argv) > 1:
     ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
-  # Imported here so that flag errors are reported before TF starts up.
   from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
   from tff_personal.personal import store  # pylint: disable=g-import-not-at-top
   from tff_personal.program import checkpoints  # pylint: disable=g-import-not-at-top

@@ -75,13 +75,17 @@ class ClientStateStore:
     self._path = path
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     self._connection = sqlite3.connect(path, isolation_level=None)
-    self._connection.execute('PRAGMA journal_mode=WAL;')
-    self._connection.execute('PRAGMA synchronous=NORMAL;')
-    self._connection.execute(
-        'CREATE TABLE IF NOT EXISTS personal_states (client_id TEXT NOT NULL,'
-        ' round INTEGER NOT NULL, state BLOB NOT NULL, PRIMARY KEY (client_id,'
-        ' round));'
-    )
+    try:
+      self._connection.execute('PRAGMA journal_mode=WAL;')
+      self._connection.execute('PRAGMA synchronous=NORMAL;')
+      self._connection.execute(
+          'CREATE TABLE IF NOT EXISTS personal_states (client_id TEXT NOT NULL,'
+          ' round INTEGER NOT NULL, state BLOB NOT NULL, PRIMARY KEY (client_id,'
+          ' round));'
+      )
+    except sqlite3.DatabaseError as e:
+      self._connection.close()
+      raise StoreMismatchError(f'{path} is not a personal state store: {e}') from e
 
   @property
   def path(self) -> str:

@@ -73,11 +73,14 @@ def _flat(structure: Any) -> list[np.ndarray]:
 class _PersonalStates:
   """Reads and writes the personal states of a round's clients."""
 
-  def __init__(self, process: process_lib.PersonalizedProcess, store_path: str):
+  def __init__(
+      self, process: process_lib.PersonalizedProcess, store_path: str, *, resuming: bool
+  ):
     self._process = process
-    self._store = (
-        store_lib.ClientStateStore(store_path) if process.has_personal_state else None
-    )
+    self._store = None
+    if process.has_personal_state:
+      # A checkpoint's personal states must be there: never start afresh.
+      self._store = store_lib.ClientStateStore(store_path, create=not resuming)
     self._template = None
 
   @property
@@ -167,14 +170,16 @@ def run_training(
   eval_csv = outputs.RoundCsv(experiment.eval_path)
   tensorboard = outputs.TensorBoardWriter(experiment.tensorboard_dir)
   checkpoints = checkpoints_lib.CheckpointManager(experiment.checkpoint_dir)
-  personal = _PersonalStates(process, experiment.store_path)
 
   state = process.initialize()
-  template = checkpoints_lib.program_state(0, state, personal.fingerprint(0), 0.0)
-  loaded = checkpoints.load_latest(template)
+  no_store = store_lib.StoreFingerprint(0, 0, 0).as_array()
+  loaded = checkpoints.load_latest(
+      checkpoints_lib.program_state(0, state, no_store, 0.0)
+  )
+  personal = _PersonalStates(process, experiment.store_path, resuming=loaded is not None)
   if loaded is None:
     start_round, elapsed = 0, 0.0
-    personal.restore(personal.fingerprint(0))  # Drops rows of an unsaved start.
+    personal.restore(no_store)  # Drops rows of a start that saved no checkpoint.
   else:
     start_round = int(loaded['round_num'])
     state = loaded['server_state']

@@ -1,0 +1,97 @@
+"""FedAvg: type signature, seeded initialization and exact one-round numbers."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import test_utils
+from tests.algorithms import numpy_reference
+from tff_personal.algorithms import fedavg
+from tff_personal.personal import process as process_lib
+
+LEARNING_RATE = 0.1
+
+
+def batches_dataset(batches):
+  """A dataset yielding exactly `batches` (lists of (x, y))."""
+  datasets = [tf.data.Dataset.from_tensors(batch) for batch in batches]
+  dataset = datasets[0]
+  for other in datasets[1:]:
+    dataset = dataset.concatenate(other)
+  return dataset
+
+
+def client_batches(seed, sizes):
+  rng = np.random.default_rng(seed)
+  return [
+      (rng.normal(size=(n, 2)).astype(np.float32), rng.integers(0, 2, n).astype(np.int32))
+      for n in sizes
+  ]
+
+
+@pytest.fixture(scope='module')
+def process():
+  return fedavg.build_fedavg(
+      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE, seed=11
+  )
+
+
+def test_type_signature(process):
+  signature = process.next.type_signature
+  assert str(signature.parameter[1]) == '{<float32[?,2],int32[?]>*}@CLIENTS'
+  assert str(signature.parameter[2]) == '{<>}@CLIENTS'
+  assert str(signature.result[1]) == '{<>}@CLIENTS'
+  assert signature.result[0].placement is tff.SERVER
+  assert not process.has_personal_state
+
+
+def test_initialize_uses_the_seeded_weights(process):
+  expected = test_utils.tiny_model_spec().initial_weights(11)
+  weights = process.get_model_weights(process.initialize())
+  for e, a in zip(tf.nest.flatten(expected), tf.nest.flatten(weights)):
+    np.testing.assert_array_equal(e, a)
+  other = fedavg.build_fedavg(test_utils.tiny_model_spec(), client_learning_rate=0.1, seed=12)
+  assert not np.array_equal(
+      weights.trainable[0], other.get_model_weights(other.initialize()).trainable[0]
+  )
+
+
+def test_one_round_is_the_example_weighted_mean_of_client_sgd(process):
+  state = process.initialize()
+  kernel, bias = process.get_model_weights(state).trainable
+  clients = [client_batches(1, [3, 2]), client_batches(2, [4])]  # 5 and 4 examples.
+
+  output = process.next(
+      state, [batches_dataset(b) for b in clients], process_lib.empty_personal_states(2)
+  )
+
+  trained = [numpy_reference.sgd(kernel, bias, b, LEARNING_RATE) for b in clients]
+  expected_kernel = (5 * trained[0][0] + 4 * trained[1][0]) / 9
+  expected_bias = (5 * trained[0][1] + 4 * trained[1][1]) / 9
+  new_kernel, new_bias = process.get_model_weights(output.state).trainable
+  np.testing.assert_allclose(new_kernel, expected_kernel, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(new_bias, expected_bias, rtol=1e-5, atol=1e-6)
+  train = output.metrics['client_work']['train']
+  assert train['num_examples'] == 9
+  assert train['num_batches'] == 3
+  assert len(output.personal_states) == 2
+  assert all(not s for s in output.personal_states)  # FedAvg keeps nothing.
+
+
+def test_evaluate_gives_each_client_the_global_model_metrics(process):
+  state = process.initialize()
+  weights = process.get_model_weights(state)
+  kernel, bias = weights.trainable
+  clients = [client_batches(3, [6]), client_batches(4, [5])]
+  results = process.evaluate(
+      weights, [batches_dataset(b) for b in clients], process_lib.empty_personal_states(2)
+  )
+  for (x, y), metrics in zip([b[0] for b in clients], results):
+    loss, _, _ = numpy_reference.loss_and_gradients(kernel, bias, x, y)
+    assert metrics['num_examples'] == len(y)
+    np.testing.assert_allclose(metrics['loss'], loss, rtol=1e-5)
+    np.testing.assert_allclose(
+        metrics['sparse_categorical_accuracy'],
+        numpy_reference.accuracy(kernel, bias, x, y),
+    )

@@ -1,0 +1,100 @@
+"""Local training: each client's own SGD on its own model, nothing shared."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import test_utils
+from tests.algorithms import numpy_reference
+from tests.algorithms.fedavg_test import batches_dataset, client_batches
+from tff_personal.algorithms import local
+
+LEARNING_RATE = 0.1
+
+
+@pytest.fixture(scope='module')
+def process():
+  return local.build_local(
+      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE, seed=5
+  )
+
+
+def personal(kernel_value, bias_value):
+  return (
+      np.full((2, 2), kernel_value, np.float32),
+      np.full((2,), bias_value, np.float32),
+  )
+
+
+def as_model_weights(kernel, bias):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  return tff.learning.models.ModelWeights(trainable=[kernel, bias], non_trainable=[])
+
+
+def test_type_signature_keeps_the_model_at_clients(process):
+  signature = process.next.type_signature
+  personal_type = '{<trainable=<float32[2,2],float32[2]>,non_trainable=<>>}@CLIENTS'
+  assert str(signature.parameter[2]) == personal_type
+  assert str(signature.result[1]) == personal_type
+  assert process.has_personal_state
+
+
+def test_each_client_runs_sgd_on_its_own_model(process):
+  state = process.initialize()
+  starts = [personal(0.5, -0.1), personal(-0.3, 0.2)]
+  clients = [client_batches(1, [3, 2]), client_batches(2, [4])]
+  output = process.next(
+      state,
+      [batches_dataset(b) for b in clients],
+      [as_model_weights(*s) for s in starts],
+  )
+  for start, batches, new_state in zip(starts, clients, output.personal_states):
+    kernel, bias = numpy_reference.sgd(*start, batches, LEARNING_RATE)
+    np.testing.assert_allclose(new_state.trainable[0], kernel, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new_state.trainable[1], bias, rtol=1e-5, atol=1e-6)
+  # The server keeps the initial model: nothing is aggregated into it.
+  for before, after in zip(
+      tf.nest.flatten(process.get_model_weights(state)),
+      tf.nest.flatten(process.get_model_weights(output.state)),
+  ):
+    np.testing.assert_array_equal(before, after)
+  assert output.metrics['client_work']['train']['num_examples'] == 9
+
+
+def test_a_client_is_not_influenced_by_the_others(process):
+  state = process.initialize()
+  first = [personal(0.5, -0.1)], [client_batches(1, [3])]
+  alone = process.next(state, [batches_dataset(first[1][0])], [as_model_weights(*first[0][0])])
+  together = process.next(
+      state,
+      [batches_dataset(first[1][0]), batches_dataset(client_batches(9, [7]))],
+      [as_model_weights(*first[0][0]), as_model_weights(*personal(3.0, 3.0))],
+  )
+  for a, b in zip(
+      tf.nest.flatten(alone.personal_states[0]), tf.nest.flatten(together.personal_states[0])
+  ):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_new_clients_start_from_the_initial_model(process):
+  weights = process.get_model_weights(process.initialize())
+  expected = test_utils.tiny_model_spec().initial_weights(5)
+  start = process.initial_personal_state('anyone', weights)
+  for e, a in zip(tf.nest.flatten(expected), tf.nest.flatten(start)):
+    np.testing.assert_array_equal(e, a)
+
+
+def test_evaluate_uses_each_clients_own_model(process):
+  weights = process.get_model_weights(process.initialize())
+  models = [personal(0.5, -0.1), personal(-0.3, 0.2)]
+  clients = [client_batches(3, [6]), client_batches(4, [5])]
+  results = process.evaluate(
+      weights,
+      [batches_dataset(b) for b in clients],
+      [as_model_weights(*m) for m in models],
+  )
+  for (kernel, bias), ((x, y),), metrics in zip(models, clients, results):
+    loss, _, _ = numpy_reference.loss_and_gradients(kernel, bias, x, y)
+    np.testing.assert_allclose(metrics['loss'], loss, rtol=1e-5)
+    assert metrics['num_examples'] == len(y)

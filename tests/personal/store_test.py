@@ -1,0 +1,119 @@
+"""ClientStateStore: round-trips, versions, checkpoint/restore and bad stores."""
+
+import os
+import sqlite3
+import threading
+
+import numpy as np
+import pytest
+
+from tff_personal.personal import store as store_lib
+
+
+def state(value: float):
+  return [np.full((2, 3), value, np.float32), np.array([value], np.float64), np.int64(7)]
+
+
+def test_serialization_round_trip_keeps_dtypes_and_shapes():
+  arrays = state(1.5) + [np.zeros((0,), np.int32)]
+  restored = store_lib.deserialize_state(store_lib.serialize_state(arrays))
+  assert [a.dtype for a in restored] == [np.float32, np.float64, np.int64, np.int32]
+  assert [a.shape for a in restored] == [(2, 3), (1,), (), (0,)]
+  for a, b in zip(arrays, restored):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_read_returns_none_for_unseen_clients_and_newest_version(tmp_path):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'))
+  store.write(1, {'a': state(1.0)})
+  store.write(3, {'a': state(3.0), 'b': state(30.0)})
+  a, b, c = store.read(['a', 'b', 'c'])
+  assert a[0][0, 0] == 3.0 and b[0][0, 0] == 30.0 and c is None
+  # Reading for round 3 sees only what rounds 1 and 2 wrote.
+  a, b = store.read(['a', 'b'], before_round=3)
+  assert a[0][0, 0] == 1.0 and b is None
+
+
+def test_checkpoint_keeps_one_row_per_client(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  store = store_lib.ClientStateStore(path)
+  for round_num in range(1, 5):
+    store.write(round_num, {'a': state(round_num), 'b': state(10 * round_num)})
+  fingerprint = store.checkpoint(4)
+  assert fingerprint == store_lib.StoreFingerprint(4, 2, 4)
+  rows = sqlite3.connect(path).execute(
+      'SELECT client_id, round FROM personal_states ORDER BY client_id'
+  ).fetchall()
+  assert rows == [('a', 4), ('b', 4)]
+
+
+def test_restore_rolls_back_rounds_after_the_checkpoint(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0)})
+  store.write(2, {'a': state(2.0), 'b': state(2.0)})
+  fingerprint = store.checkpoint(2)
+  store.write(3, {'a': state(3.0), 'c': state(3.0)})  # Lost with the crash.
+  store.close()
+
+  reopened = store_lib.ClientStateStore(path, create=False)
+  reopened.restore(fingerprint)
+  a, b, c = reopened.read(['a', 'b', 'c'])
+  assert a[0][0, 0] == 2.0 and b[0][0, 0] == 2.0 and c is None
+
+
+def test_missing_store_is_an_error(tmp_path):
+  with pytest.raises(store_lib.StoreMismatchError, match='is missing'):
+    store_lib.ClientStateStore(str(tmp_path / 'absent.sqlite'), create=False)
+
+
+def test_replaced_store_is_an_error_not_a_reinitialization(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0), 'b': state(1.0)})
+  fingerprint = store.checkpoint(1)
+  store.close()
+  os.remove(path)
+  empty = store_lib.ClientStateStore(path)
+  with pytest.raises(store_lib.StoreMismatchError, match='expects 2'):
+    empty.restore(fingerprint)
+
+
+def test_corrupt_store_is_an_error(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  with open(path, 'wb') as f:
+    f.write(b'this is not a database' * 100)
+  with pytest.raises(store_lib.StoreMismatchError):
+    store = store_lib.ClientStateStore(path, create=False)
+    store.restore(store_lib.StoreFingerprint(1, 1, 1))
+
+
+def test_fingerprint_array_round_trip():
+  fingerprint = store_lib.StoreFingerprint(5, 12, 4)
+  assert store_lib.StoreFingerprint.from_array(fingerprint.as_array()) == fingerprint
+
+
+def test_concurrent_readers_see_committed_rounds(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  writer = store_lib.ClientStateStore(path)
+  errors = []
+
+  def read_many():
+    reader = store_lib.ClientStateStore(path, create=False)
+    try:
+      for _ in range(50):
+        (value,) = reader.read(['a'])
+        if value is not None and value[0][0, 0] not in range(1, 21):
+          errors.append(value[0][0, 0])
+    finally:
+      reader.close()
+
+  threads = [threading.Thread(target=read_many) for _ in range(2)]
+  for t in threads:
+    t.start()
+  for round_num in range(1, 21):
+    writer.write(round_num, {'a': state(round_num)})
+  for t in threads:
+    t.join()
+  assert not errors
+  assert writer.read(['a'])[0][0][0, 0] == 20.0

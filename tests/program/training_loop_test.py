@@ -1,0 +1,114 @@
+"""The training program on the tiny task: outputs, resume, refusals."""
+
+import os
+
+import pytest
+
+from tests import test_utils
+from tff_personal.algorithms import registry as algorithm_registry
+from tff_personal.personal import store as store_lib
+from tff_personal.program import checkpoints
+from tff_personal.program import outputs
+from tff_personal.program import training_loop
+
+TASK = test_utils.tiny_task(num_clients=6)
+OPTIONS = algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=2)
+CONFIG = training_loop.TrainingConfig(
+    total_rounds=6,
+    clients_per_round=3,
+    client_batch_size=4,
+    rounds_per_eval=2,
+    rounds_per_checkpoint=2,
+    eval_clients_per_call=4,
+    seed=9,
+)
+_PROCESSES = {}
+
+
+def process_for(algorithm):
+  if algorithm not in _PROCESSES:
+    _PROCESSES[algorithm] = algorithm_registry.build_algorithm(
+        algorithm, TASK.model, OPTIONS
+    )
+  return _PROCESSES[algorithm]
+
+
+def train(algorithm, root, name, total_rounds=6, run_config=None):
+  config = training_loop.TrainingConfig(
+      **{**CONFIG.__dict__, 'total_rounds': total_rounds}
+  )
+  return training_loop.run_training(
+      TASK,
+      process_for(algorithm),
+      config,
+      outputs.ExperimentDir(str(root), name),
+      run_config=run_config or {'algorithm': algorithm, 'total_rounds': total_rounds},
+      progress_stream=None,
+  )
+
+
+def without_timing(rows):
+  return [{k: v for k, v in r.items() if k != 'round_seconds'} for r in rows]
+
+
+@pytest.mark.parametrize('algorithm', ['fedavg', 'local'])
+def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
+  summary = train(algorithm, tmp_path, 'full')
+  full = outputs.ExperimentDir(str(tmp_path), 'full')
+  rows = outputs.RoundCsv(full.metrics_path).read()
+  assert [int(r['round']) for r in rows] == list(range(1, 7))
+  assert rows[1]['eval/num_clients'] == '6' and rows[0]['eval/num_clients'] == ''
+  eval_rows = outputs.RoundCsv(full.eval_path).read()
+  assert len(eval_rows) == 3 * 6  # Rounds 2, 4, 6 x 6 clients.
+  assert summary['final_eval']['eval/accuracy_mean'] == pytest.approx(
+      sum(float(r['sparse_categorical_accuracy']) for r in eval_rows[-6:]) / 6
+  )
+  assert os.path.exists(full.summary_path)
+  assert os.path.isdir(full.tensorboard_dir)
+  assert os.path.exists(full.store_path) == (algorithm == 'local')
+
+  # A run of 4 rounds (the last one evaluates, as the uninterrupted run's
+  # round 4 does), extended to 6 rounds: it resumes after round 4.
+  train(algorithm, tmp_path, 'resumed', total_rounds=4,
+        run_config={'algorithm': algorithm, 'total_rounds': 4})
+  train(algorithm, tmp_path, 'resumed')
+  resumed = outputs.ExperimentDir(str(tmp_path), 'resumed')
+  assert without_timing(outputs.RoundCsv(resumed.metrics_path).read()) == without_timing(rows)
+  assert outputs.RoundCsv(resumed.eval_path).read() == eval_rows
+
+
+def test_local_clients_never_sampled_keep_the_initial_model(tmp_path):
+  train('local', tmp_path, 'one_round', total_rounds=1)
+  experiment = outputs.ExperimentDir(str(tmp_path), 'one_round')
+  store = store_lib.ClientStateStore(experiment.store_path, create=False)
+  stored = [c for c, s in zip(TASK.client_ids, store.read(TASK.client_ids)) if s is not None]
+  assert len(stored) == 3  # Only the round's clients have a state.
+
+
+def test_refuses_to_resume_with_other_settings(tmp_path):
+  train('fedavg', tmp_path, 'run', total_rounds=2)
+  with pytest.raises(training_loop.ResumeError, match='--seed'):
+    train('fedavg', tmp_path, 'run', run_config={'algorithm': 'fedavg', 'seed': 1})
+
+
+def test_refuses_a_checkpoint_of_another_algorithm(tmp_path):
+  train('fedavg', tmp_path, 'run', total_rounds=2, run_config={'same': True})
+  with pytest.raises(checkpoints.CheckpointMismatchError, match='round 2'):
+    train('local', tmp_path, 'run', total_rounds=4, run_config={'same': True})
+
+
+def test_replaced_personal_states_are_an_error(tmp_path):
+  train('local', tmp_path, 'run', total_rounds=2, run_config={'same': True})
+  experiment = outputs.ExperimentDir(str(tmp_path), 'run')
+  store = store_lib.ClientStateStore(experiment.store_path)
+  store.write(2, {'intruder': [1.0]})
+  store.close()
+  with pytest.raises(store_lib.StoreMismatchError, match='expects 5'):
+    train('local', tmp_path, 'run', total_rounds=4, run_config={'same': True})
+
+
+def test_missing_personal_states_are_an_error(tmp_path):
+  train('local', tmp_path, 'run', total_rounds=2, run_config={'same': True})
+  os.remove(outputs.ExperimentDir(str(tmp_path), 'run').store_path)
+  with pytest.raises(store_lib.StoreMismatchError, match='is missing'):
+    train('local', tmp_path, 'run', total_rounds=4, run_config={'same': True})
