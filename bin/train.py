@@ -40,10 +40,16 @@ def main(argv):
     ef.check_output_dir_writable(experiment.path)
     task = task_registry.build_task(ef.TASK.value, ef.task_options())
     population = len(task.client_ids)
+    if ef.POPULATION.value > population:
+      raise ef.UsageError(
+          f'--population={ef.POPULATION.value} exceeds the {population} clients'
+          f' of task {task.name}; allowed: 0 (all) or 1..{population}.'
+      )
+    population = ef.POPULATION.value or population
     if ef.CLIENTS_PER_ROUND.value > population:
       raise ef.UsageError(
           f'--clients_per_round={ef.CLIENTS_PER_ROUND.value} exceeds the'
-          f' {population} clients of task {task.name}; allowed: 1..{population}.'
+          f' {population} clients of the run; allowed: 1..{population}.'
       )
     context.install_local_context()
     process = algorithm_registry.build_algorithm(
@@ -57,6 +63,7 @@ def main(argv):
         ef.training_config(),
         experiment,
         run_config=ef.run_config(),
+        progress_stream=sys.stdout,
     )
   except (
       ef.UsageError,

@@ -36,6 +36,11 @@ SERVER_LEARNING_RATE = flags.DEFINE_float(
     'server_learning_rate', 1.0, 'Server SGD learning rate.', lower_bound=0.0
 )
 
+POPULATION = flags.DEFINE_integer(
+    'population', 0, 'Use only a fixed seeded subset of this many clients; 0 = all.',
+    lower_bound=0,
+)
+
 # Evaluation, checkpoints and outputs.
 ROUNDS_PER_EVAL = flags.DEFINE_integer(
     'rounds_per_eval', 5, 'Per-client evaluation every this many rounds.', lower_bound=1
@@ -92,7 +97,7 @@ SEQUENCE_LENGTH = flags.DEFINE_integer(
 # The flags that define a run (a resumed run must agree on them, except the
 # cadence of evaluation and checkpoints and the number of rounds).
 _RUN_FLAGS = (
-    TASK, ALGORITHM, SEED, TOTAL_ROUNDS, CLIENTS_PER_ROUND, CLIENT_EPOCHS,
+    TASK, ALGORITHM, SEED, TOTAL_ROUNDS, POPULATION, CLIENTS_PER_ROUND, CLIENT_EPOCHS,
     CLIENT_BATCH_SIZE, CLIENT_LEARNING_RATE, SERVER_LEARNING_RATE,
     ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
@@ -105,15 +110,23 @@ class UsageError(Exception):
   """Bad input; the message names the flag and what is allowed."""
 
 
+_program_name = 'tff_personal'
+
+
 def exit_with_error(message: str) -> NoReturn:
   """Prints `<program>: error: <message>` on one line and exits with code 2."""
-  program = os.path.basename(sys.argv[0]) if sys.argv else 'tff_personal'
-  print(f'{program}: error: {" ".join(str(message).split())}', file=sys.stderr, flush=True)
+  print(
+      f'{_program_name}: error: {" ".join(str(message).split())}',
+      file=sys.stderr,
+      flush=True,
+  )
   sys.exit(2)
 
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
   """An absl `flags_parser` that reports bad flags on one line, exit code 2."""
+  global _program_name
+  _program_name = os.path.basename(argv[0])
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
@@ -156,6 +169,7 @@ def training_config():
       client_batch_size=CLIENT_BATCH_SIZE.value,
       rounds_per_eval=ROUNDS_PER_EVAL.value,
       rounds_per_checkpoint=ROUNDS_PER_CHECKPOINT.value,
+      population=POPULATION.value,
       eval_clients=EVAL_CLIENTS.value,
       eval_batch_size=EVAL_BATCH_SIZE.value,
       seed=SEED.value,

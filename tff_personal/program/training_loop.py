@@ -17,7 +17,6 @@ and, everything being seeded, reproduces the uninterrupted run's metrics.
 import collections
 import dataclasses
 import datetime
-import sys
 import time
 from typing import Any, Mapping, Optional, TextIO
 
@@ -44,7 +43,10 @@ class TrainingConfig:
     client_batch_size: local batch size.
     rounds_per_eval: evaluate every this many rounds (and after the last).
     rounds_per_checkpoint: checkpoint every this many rounds (and at the end).
-    eval_clients: number of clients evaluated (a fixed seeded subset); 0 = all.
+    population: train and evaluate only a fixed seeded subset of this many
+      clients (quick experiments); 0 = every client of the task.
+    eval_clients: number of clients evaluated (a fixed seeded subset of the
+      population); 0 = all.
     eval_batch_size: batch size of evaluation.
     eval_clients_per_call: clients per TFF evaluation call.
     seed: seeds sampling, data order and the evaluation subset.
@@ -56,6 +58,7 @@ class TrainingConfig:
   client_batch_size: int = 20
   rounds_per_eval: int = 10
   rounds_per_checkpoint: int = 10
+  population: int = 0
   eval_clients: int = 0
   eval_batch_size: int = 64
   eval_clients_per_call: int = 50
@@ -137,7 +140,7 @@ def run_training(
     experiment: outputs.ExperimentDir,
     *,
     run_config: Mapping[str, Any],
-    progress_stream: Optional[TextIO] = sys.stdout,
+    progress_stream: Optional[TextIO] = None,
 ) -> dict[str, Any]:
   """Trains `process` on `task`, resuming from `experiment` when possible.
 
@@ -149,14 +152,17 @@ def run_training(
     run_config: everything that defines the run (flags); a run resumes only
       into a directory written with the same `run_config` (except
       `total_rounds`, which may grow, and the output/evaluation cadence).
-    progress_stream: where the per-round progress line goes (None: nowhere).
+    progress_stream: where the per-round progress lines go (e.g. sys.stdout);
+      None prints nothing.
 
   Returns:
     The run summary (also written to `summary.json`).
   """
   experiment.make()
   _check_resumable(experiment, run_config)
-  population = sorted(task.client_ids)
+  population = sampling.fixed_subset(
+      sorted(task.client_ids), config.population, seed=config.seed
+  )
   if config.clients_per_round > len(population):
     raise ValueError(
         f'clients_per_round={config.clients_per_round} exceeds the'

@@ -1,0 +1,86 @@
+"""The README's demo: FedAvg and Local side by side, then a table.
+
+  bin/demo.py --flagfile=configs/demo_shakespeare.flags
+
+Trains each of --demo_algorithms with the same task, data, seed and rounds
+(the experiment flags of bin/train.py, --algorithm excepted), one after the
+other in this process, and prints their mean per-client test accuracy and
+where the outputs are. A rerun resumes or reuses finished runs.
+"""
+
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags  # pylint: disable=g-import-not-at-top
+# TensorFlow must be imported before app.run (see bin/train.py).
+import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+
+from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
+
+DEMO_ALGORITHMS = flags.DEFINE_list(
+    'demo_algorithms', ['fedavg', 'local'], 'Algorithms to train and compare.'
+)
+
+
+def main(argv):
+  if len(argv) > 1:
+    ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
+  from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
+  from tff_personal.program import outputs  # pylint: disable=g-import-not-at-top
+  from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
+  from tff_personal.tasks import base  # pylint: disable=g-import-not-at-top
+  from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
+
+  unknown = set(DEMO_ALGORITHMS.value) - set(algorithm_registry.ALGORITHM_NAMES)
+  if unknown:
+    ef.exit_with_error(
+        f'--demo_algorithms: unknown {", ".join(sorted(unknown))}; allowed:'
+        f' {", ".join(algorithm_registry.ALGORITHM_NAMES)}.'
+    )
+  try:
+    task = task_registry.build_task(ef.TASK.value, ef.task_options())
+  except base.DataUnavailableError as e:
+    ef.exit_with_error(e)
+  context.install_local_context()
+  summaries = {}
+  for algorithm in DEMO_ALGORITHMS.value:
+    flags.FLAGS.algorithm = algorithm
+    experiment = outputs.ExperimentDir(ef.ROOT_OUTPUT_DIR.value, ef.experiment_name())
+    print(f'\n== {algorithm} on {task.name} ({experiment.path}) ==', flush=True)
+    process = algorithm_registry.build_algorithm(
+        algorithm, task.model, ef.algorithm_options()
+    )
+    try:
+      ef.check_output_dir_writable(experiment.path)
+      with open(experiment.flags_path, 'w') as f:
+        f.write(ef.resolved_flagfile())
+      summaries[algorithm] = training_loop.run_training(
+          task,
+          process,
+          ef.training_config(),
+          experiment,
+          run_config=ef.run_config(),
+          progress_stream=sys.stdout,
+      )
+    except (ef.UsageError, training_loop.ResumeError) as e:
+      ef.exit_with_error(e)
+
+  print(f'\nMean per-client test accuracy on {task.name} after {ef.TOTAL_ROUNDS.value}'
+        ' rounds (each client evaluates its own model on its own test split):')
+  print(f'{"algorithm":<10} {"mean":>7} {"std":>7} {"p10":>7} {"min":>7} {"clients":>8}  outputs')
+  for algorithm, summary in summaries.items():
+    final = summary['final_eval']
+    print(
+        f'{algorithm:<10} {final["eval/accuracy_mean"]:>7.4f}'
+        f' {final["eval/accuracy_std"]:>7.4f} {final["eval/accuracy_p10"]:>7.4f}'
+        f' {final["eval/accuracy_min"]:>7.4f} {final["eval/num_clients"]:>8d} '
+        f' {summary["experiment_dir"]}'
+    )
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=ef.parse_flags_or_exit)

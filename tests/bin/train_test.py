@@ -1,0 +1,143 @@
+"""bin/train.py: a smoke run, bad input (one line, exit code 2), kill and resume."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+from absl import flags
+from absl.testing import flagsaver
+import pytest
+
+from tests.bin import binaries
+from tff_personal.program import experiment_flags as ef
+from tff_personal.program import outputs
+
+train = binaries.load('train')
+FLAGS = flags.FLAGS
+SMALL_RUN = [
+    '--task=femnist',
+    '--clients_per_round=3',
+    '--eval_clients=6',
+    '--client_batch_size=20',
+    '--client_learning_rate=0.05',
+    '--rounds_per_eval=2',
+    '--rounds_per_checkpoint=2',
+]
+
+
+@pytest.fixture(scope='module')
+def cache_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('tff_cache'))
+
+
+def run_main(argv):
+  """Runs train.main in-process with `argv` parsed; restores flags after."""
+  with flagsaver.flagsaver():
+    rest = ef.parse_flags_or_exit(['train.py'] + argv)
+    train.main(rest)
+
+
+def one_line_error(capsys, excinfo):
+  assert excinfo.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1, err
+  assert err[0].startswith('train.py: error: ')
+  return err[0]
+
+
+@pytest.mark.parametrize(
+    'argv, expected',
+    [
+        (['--task=cifar10'], r'--task=cifar10: value should be one of <femnist\|shakespeare'),
+        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local>'),
+        (['--total_rounds=0'], '--total_rounds=0'),
+        (['--clients_per_round=-3'], '--clients_per_round=-3'),
+        (['--client_batch_size=0'], '--client_batch_size=0'),
+        (['--partition=iid'], '--partition=iid: value should be one of <k_classes'),
+    ],
+)
+def test_bad_flags(argv, expected, capsys):
+  with flagsaver.flagsaver():
+    with pytest.raises(SystemExit) as excinfo:
+      ef.parse_flags_or_exit(['train.py'] + argv)
+  assert re.search(expected, one_line_error(capsys, excinfo))
+
+
+def test_too_many_clients_per_round(capsys, cache_dir, tmp_path):
+  with pytest.raises(SystemExit) as excinfo:
+    run_main(SMALL_RUN + [
+        f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}',
+        '--clients_per_round=106', '--total_rounds=1',
+    ])
+  assert '--clients_per_round=106 exceeds the 105 clients of the run' in one_line_error(
+      capsys, excinfo)
+
+
+def test_missing_data(capsys, tmp_path):
+  with pytest.raises(SystemExit) as excinfo:
+    run_main([f'--femnist_path={tmp_path}/absent.npz', f'--root_output_dir={tmp_path}'])
+  message = one_line_error(capsys, excinfo)
+  assert f'{tmp_path}/absent.npz' in message and '--femnist_path' in message
+
+
+def test_unwritable_output_dir(capsys, tmp_path):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a directory')
+  with pytest.raises(SystemExit) as excinfo:
+    run_main([f'--root_output_dir={blocker}/out'])
+  assert f'--root_output_dir={blocker}/out: cannot write' in one_line_error(capsys, excinfo)
+
+
+def test_smoke_run_writes_every_output(capsys, cache_dir, tmp_path):
+  run_main(SMALL_RUN + [
+      f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}',
+      '--experiment_name=smoke', '--total_rounds=2', '--algorithm=local',
+  ])
+  out = capsys.readouterr().out
+  assert 'round 2/2' in out and 'ETA' in out
+  assert 'local on femnist: mean per-client test sparse_categorical_accuracy' in out
+  experiment = outputs.ExperimentDir(str(tmp_path), 'smoke')
+  with open(experiment.flags_path) as f:
+    assert '--algorithm=local\n' in f.read()
+  summary = outputs.read_json(experiment.summary_path)
+  assert summary['rounds_completed'] == 2 and summary['num_eval_clients'] == 6
+  assert len(outputs.RoundCsv(experiment.eval_path).read()) == 6
+
+
+def test_killed_run_resumes_to_the_uninterrupted_results(cache_dir, tmp_path):
+  common = SMALL_RUN + [
+      f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}',
+      '--algorithm=local', '--total_rounds=5',
+  ]
+  command = [sys.executable, os.path.join(binaries.REPO_ROOT, 'bin', 'train.py')]
+  env = dict(os.environ, PYTHONPATH=binaries.REPO_ROOT)
+
+  killed = subprocess.Popen(
+      command + common + ['--experiment_name=run'],
+      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+  )
+  for line in killed.stdout:
+    if line.startswith('round 3/5'):  # Checkpointed after round 2, not 3.
+      killed.send_signal(signal.SIGKILL)
+      break
+  killed.wait(timeout=60)
+  assert killed.returncode == -signal.SIGKILL
+  resumed = subprocess.run(
+      command + common + ['--experiment_name=run'],
+      capture_output=True, text=True, env=env, timeout=600, check=True,
+  )
+  assert 'Resuming' in resumed.stdout and 'after round 2' in resumed.stdout
+
+  run_main(common + ['--experiment_name=uninterrupted'])
+  timing = 'round_seconds'
+  for name in ('metrics_path', 'eval_path'):
+    results = [
+        outputs.RoundCsv(getattr(outputs.ExperimentDir(str(tmp_path), e), name)).read()
+        for e in ('run', 'uninterrupted')
+    ]
+    for row in results[0] + results[1]:
+      row.pop(timing, None)
+    assert results[0] == results[1], name
+  assert len(results[0]) == 3 * 6  # Evaluation rounds 2, 4 and 5, 6 clients each.
