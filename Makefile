@@ -9,9 +9,9 @@ UV_VERSION := 0.13.9
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo fmnist-data clean
+.PHONY: setup test demo debian-packages clean
 
-setup: $(VENV)/.installed fmnist-data
+setup: $(VENV)/.installed debian-packages
 
 $(VENV)/.installed: requirements.txt overrides.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,15 +21,19 @@ $(VENV)/.installed: requirements.txt overrides.txt requirements-nodeps.txt pypro
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
-# Fashion-MNIST idx files from Debian's dataset-fashion-mnist (tasks fmnist).
+# Debian packages: dataset-fashion-mnist (the fmnist task's idx files) and
+# bazel-bootstrap (`bazel query` of the BUILD files, tests/build_test.py).
 # Installed when run as root; otherwise the README says how to get them.
-fmnist-data:
-	@if [ -f $(FMNIST_DIR)/train-images-idx3-ubyte.gz ]; then :; \
+DEBIAN_PACKAGES := $(if $(wildcard $(FMNIST_DIR)/train-images-idx3-ubyte.gz),,dataset-fashion-mnist) \
+                   $(if $(shell command -v bazel),,bazel-bootstrap)
+debian-packages:
+	@if [ -z "$(strip $(DEBIAN_PACKAGES))" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null \
-	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null; } \
-	  || echo "warning: could not install dataset-fashion-mnist; the fmnist task needs it (see README)"; \
-	else echo "note: $(FMNIST_DIR) is missing; the fmnist task needs Debian's dataset-fashion-mnist (see README)"; fi
+	  echo "apt-get install $(strip $(DEBIAN_PACKAGES))"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEBIAN_PACKAGES) >/dev/null \
+	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEBIAN_PACKAGES) >/dev/null; } \
+	  || echo "warning: could not install $(strip $(DEBIAN_PACKAGES)) (see README)"; \
+	else echo "note: missing Debian packages $(strip $(DEBIAN_PACKAGES)) (see README)"; fi
 
 test: setup
 	$(PY) -m pytest -n 2 tests $(PYTEST_ARGS)
