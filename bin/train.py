@@ -73,6 +73,8 @@ def main(argv):
       store.StoreMismatchError,
   ) as e:
     ef.exit_with_error(e)
+  except training_loop.NonFiniteRoundError as e:
+    ef.exit_with_error(e, code=1)
   except KeyboardInterrupt:
     print(
         f'Interrupted; rerun the same command to resume from the last'

@@ -1,6 +1,9 @@
 """The training program on the tiny task: outputs, resume, refusals."""
 
+import dataclasses
 import os
+
+import numpy as np
 
 import pytest
 
@@ -112,3 +115,23 @@ def test_missing_personal_states_are_an_error(tmp_path):
   os.remove(outputs.ExperimentDir(str(tmp_path), 'run').store_path)
   with pytest.raises(store_lib.StoreMismatchError, match='is missing'):
     train('local', tmp_path, 'run', total_rounds=4, run_config={'same': True})
+
+
+@pytest.mark.parametrize('algorithm', ['fedavg', 'local'])
+def test_diverging_round_is_an_error_and_keeps_the_checkpoint(algorithm, tmp_path):
+  train(algorithm, tmp_path, 'run', total_rounds=2, run_config={'same': True})
+  experiment = outputs.ExperimentDir(str(tmp_path), 'run')
+  # From round 3 on, the clients' data hold infinities.
+  poisoned = dataclasses.replace(
+      TASK,
+      preprocess_train=lambda *args: TASK.preprocess_train(*args).map(
+          lambda x, y: (x * np.inf, y)
+      ),
+  )
+  config = training_loop.TrainingConfig(**{**CONFIG.__dict__, 'total_rounds': 4})
+  with pytest.raises(training_loop.NonFiniteRoundError, match='Round 3 diverged'):
+    training_loop.run_training(
+        poisoned, process_for(algorithm), config, experiment, run_config={'same': True}
+    )
+  assert checkpoints.CheckpointManager(experiment.checkpoint_dir).latest_round() == 2
+  assert [r['round'] for r in outputs.RoundCsv(experiment.metrics_path).read()] == ['1', '2']

@@ -9,6 +9,11 @@ with its optimizer), seen as a `PersonalizedProcess` with no personal state:
   next: (<S@SERVER, {D*}@CLIENTS, {<>}@CLIENTS> -> <S@SERVER, {<>}@CLIENTS, M@SERVER>)
   evaluate: (<W@SERVER, {D*}@CLIENTS, {<>}@CLIENTS> -> {E}@CLIENTS)
     every client evaluates the global model W on its own data.
+
+Non-finite updates: TFF gives a client whose update is not finite a zero
+weight, and its finalizer rejects a non-finite aggregate
+(`finalizer/update_non_finite`); the training program stops with an error in
+that case, before writing anything of the round.
 """
 
 from typing import Optional

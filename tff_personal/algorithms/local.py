@@ -5,7 +5,9 @@ baseline of Ditto, Li et al. 2021, and the private model V_i^P of LINDT).
 A client's model is its personal state; each time it is selected it runs
 the same client SGD as FedAvg (TFF's model-delta client work) on it. The
 server only holds the initial model W0, which a client starts from the first
-time it is seen, and aggregates training metrics.
+time it is seen, and aggregates training metrics. A client whose update is
+not finite keeps its model (TFF zeroes such updates) and is counted in the
+`non_finite_clients` metric.
 
   initialize: ( -> <model_weights=W0, client_work=C>@SERVER)
   next: (<S@SERVER, {D*}@CLIENTS, {W}@CLIENTS> -> <S@SERVER, {W}@CLIENTS, M@SERVER>)
@@ -35,10 +37,12 @@ def build_local(
     client_learning_rate: learning rate of the clients' SGD.
     seed: seeds the initial model weights W0 every client starts from.
   """
+  # Nothing is averaged, so the update weight only flags non-finite updates:
+  # with UNIFORM weighting TFF sets it to 0 exactly for those.
   client_work = tff.learning.templates.build_model_delta_client_work(
       model.tff_model_fn,
       tff.learning.optimizers.build_sgdm(client_learning_rate),
-      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
   )
   initial_weights_fn = process_lib.constant_computation(model.initial_weights(seed))
   weights_type = initial_weights_fn.type_signature.result
@@ -67,6 +71,10 @@ def build_local(
         non_trainable=weights.non_trainable,
     )
 
+  @tff.tensorflow.computation(result_type)
+  def is_non_finite(client_result):
+    return tf.cast(tf.equal(client_result.update_weight, 0.0), tf.int32)
+
   @tff.federated_computation(
       state_type,
       data_type,
@@ -83,7 +91,12 @@ def build_local(
         )
     )
     metrics = tff.federated_zip(
-        collections.OrderedDict(client_work=output.measurements)
+        collections.OrderedDict(
+            client_work=output.measurements,
+            non_finite_clients=tff.federated_sum(
+                tff.federated_map(is_non_finite, output.result)
+            ),
+        )
     )
     return process_lib.PersonalizedProcessOutput(
         new_state, new_personal_states, metrics

@@ -113,14 +113,17 @@ class UsageError(Exception):
 _program_name = 'tff_personal'
 
 
-def exit_with_error(message: str) -> NoReturn:
-  """Prints `<program>: error: <message>` on one line and exits with code 2."""
+def exit_with_error(message: str, code: int = 2) -> NoReturn:
+  """Prints `<program>: error: <message>` on one line and exits with `code`.
+
+  Code 2 (the default) is bad input; a run that fails (diverges) uses 1.
+  """
   print(
       f'{_program_name}: error: {" ".join(str(message).split())}',
       file=sys.stderr,
       flush=True,
   )
-  sys.exit(2)
+  sys.exit(code)
 
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:

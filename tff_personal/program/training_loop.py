@@ -69,6 +69,32 @@ class ResumeError(Exception):
   """The output directory holds a run this one cannot resume."""
 
 
+class NonFiniteRoundError(Exception):
+  """A round produced non-finite metrics or a rejected non-finite update.
+
+  Raised before the round's personal states, metrics or checkpoint are
+  written, so the last checkpoint stays the run's consistent state.
+  """
+
+
+def _check_finite(round_num: int, metrics: Mapping[str, Any]) -> None:
+  bad = sorted(
+      name
+      for name, value in metrics.items()
+      if isinstance(value, float) and not np.isfinite(value)
+  )
+  if metrics.get('finalizer/update_non_finite', 0):
+    bad.append('finalizer/update_non_finite=1 (the aggregated update was rejected)')
+  if metrics.get('non_finite_clients', 0):
+    bad.append(f'updates of {metrics["non_finite_clients"]} clients')
+  if bad:
+    raise NonFiniteRoundError(
+        f'Round {round_num} diverged: non-finite {", ".join(bad)}. Lower'
+        ' --client_learning_rate (or --server_learning_rate); the last'
+        ' checkpoint is intact.'
+    )
+
+
 def _flat(structure: Any) -> list[np.ndarray]:
   return [np.asarray(v) for v in tf.nest.flatten(structure)]
 
@@ -216,13 +242,12 @@ def run_training(
         clients, round_num, lambda: process.get_model_weights(state)
     )
     output = process.next(state, client_data, personal_states)
-    state = output.state
-    personal.write(round_num, clients, output.personal_states)
-    train_seconds = time.monotonic() - started
-
     row = collections.OrderedDict(round=round_num)
     row.update(outputs.flatten_metrics(output.metrics))
-    row['round_seconds'] = train_seconds
+    _check_finite(round_num, row)
+    state = output.state
+    personal.write(round_num, clients, output.personal_states)
+    row['round_seconds'] = time.monotonic() - started
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
           task, process, state, personal, eval_population, round_num, config
