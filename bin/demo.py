@@ -29,11 +29,7 @@ def main(argv):
   if len(argv) > 1:
     ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
   from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
-  from tff_personal.program import outputs  # pylint: disable=g-import-not-at-top
-  from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
-  from tff_personal.tasks import base  # pylint: disable=g-import-not-at-top
-  from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
 
   unknown = set(DEMO_ALGORITHMS.value) - set(algorithm_registry.ALGORITHM_NAMES)
   if unknown:
@@ -41,33 +37,14 @@ def main(argv):
         f'--demo_algorithms: unknown {", ".join(sorted(unknown))}; allowed:'
         f' {", ".join(algorithm_registry.ALGORITHM_NAMES)}.'
     )
-  try:
-    task = task_registry.build_task(ef.TASK.value, ef.task_options())
-  except base.DataUnavailableError as e:
-    ef.exit_with_error(e)
-  context.install_local_context()
   summaries = {}
-  for algorithm in DEMO_ALGORITHMS.value:
-    flags.FLAGS.algorithm = algorithm
-    experiment = outputs.ExperimentDir(ef.ROOT_OUTPUT_DIR.value, ef.experiment_name())
-    print(f'\n== {algorithm} on {task.name} ({experiment.path}) ==', flush=True)
-    process = algorithm_registry.build_algorithm(
-        algorithm, task.model, ef.algorithm_options()
-    )
-    try:
-      ef.check_output_dir_writable(experiment.path)
-      with open(experiment.flags_path, 'w') as f:
-        f.write(ef.resolved_flagfile())
-      summaries[algorithm] = training_loop.run_training(
-          task,
-          process,
-          ef.training_config(),
-          experiment,
-          run_config=ef.run_config(),
-          progress_stream=sys.stdout,
-      )
-    except (ef.UsageError, training_loop.ResumeError) as e:
-      ef.exit_with_error(e)
+  with ef.exit_on_errors():
+    task = ef.build_task()
+    context.install_local_context()
+    for algorithm in DEMO_ALGORITHMS.value:
+      flags.FLAGS.algorithm = algorithm
+      print(f'\n== {algorithm} on {task.name} ({ef.experiment_dir().path}) ==', flush=True)
+      summaries[algorithm] = ef.train(task, ef.build_algorithm(task))
 
   print(f'\nMean per-client test accuracy on {task.name} after {ef.TOTAL_ROUNDS.value}'
         ' rounds (each client evaluates its own model on its own test split):')

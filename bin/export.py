@@ -29,29 +29,23 @@ EXPORT_DIR = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
-  from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
   from tff_personal.program import export  # pylint: disable=g-import-not-at-top
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
-  from tff_personal.tasks import base  # pylint: disable=g-import-not-at-top
-  from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
 
   directory = EXPORT_DIR.value or os.path.join(
       ef.ROOT_OUTPUT_DIR.value, 'export', f'{ef.TASK.value}_{ef.ALGORITHM.value}'
   )
-  try:
-    ef.check_output_dir_writable(directory)
-    task = task_registry.build_task(ef.TASK.value, ef.task_options())
-  except (ef.UsageError, base.DataUnavailableError) as e:
-    ef.exit_with_error(e)
-  context.install_local_context()
-  process = algorithm_registry.build_algorithm(
-      ef.ALGORITHM.value, task.model, ef.algorithm_options()
-  )
-  manifest = export.export_process(
-      process,
-      directory,
-      description={'algorithm': ef.ALGORITHM.value, 'task': ef.TASK.value, **ef.run_config()},
-  )
+  with ef.exit_on_errors():
+    ef.check_output_dir_writable(
+        directory, EXPORT_DIR if EXPORT_DIR.value else ef.ROOT_OUTPUT_DIR
+    )
+    task = ef.build_task(check_sampling=False)
+    context.install_local_context()
+    manifest = export.export_process(
+        ef.build_algorithm(task),
+        directory,
+        description={'algorithm': ef.ALGORITHM.value, 'task': ef.TASK.value, **ef.run_config()},
+    )
   for name, entry in manifest['computations'].items():
     print(f'{name}: {entry["type_signature"]}')
   print(f'Exported to {directory}')

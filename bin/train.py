@@ -26,55 +26,15 @@ from tff_personal.program import experiment_flags as ef  # pylint: disable=g-imp
 def main(argv):
   if len(argv) > 1:
     ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
-  from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
-  from tff_personal.personal import store  # pylint: disable=g-import-not-at-top
-  from tff_personal.program import checkpoints  # pylint: disable=g-import-not-at-top
-  from tff_personal.program import outputs  # pylint: disable=g-import-not-at-top
-  from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
-  from tff_personal.tasks import base  # pylint: disable=g-import-not-at-top
-  from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
 
-  experiment = outputs.ExperimentDir(ef.ROOT_OUTPUT_DIR.value, ef.experiment_name())
+  experiment = ef.experiment_dir()
   try:
-    ef.check_output_dir_writable(experiment.path)
-    task = task_registry.build_task(ef.TASK.value, ef.task_options())
-    population = len(task.client_ids)
-    if ef.POPULATION.value > population:
-      raise ef.UsageError(
-          f'--population={ef.POPULATION.value} exceeds the {population} clients'
-          f' of task {task.name}; allowed: 0 (all) or 1..{population}.'
-      )
-    population = ef.POPULATION.value or population
-    if ef.CLIENTS_PER_ROUND.value > population:
-      raise ef.UsageError(
-          f'--clients_per_round={ef.CLIENTS_PER_ROUND.value} exceeds the'
-          f' {population} clients of the run; allowed: 1..{population}.'
-      )
-    context.install_local_context()
-    process = algorithm_registry.build_algorithm(
-        ef.ALGORITHM.value, task.model, ef.algorithm_options()
-    )
-    with open(experiment.flags_path, 'w') as f:
-      f.write(ef.resolved_flagfile())
-    summary = training_loop.run_training(
-        task,
-        process,
-        ef.training_config(),
-        experiment,
-        run_config=ef.run_config(),
-        progress_stream=sys.stdout,
-    )
-  except (
-      ef.UsageError,
-      base.DataUnavailableError,
-      training_loop.ResumeError,
-      checkpoints.CheckpointMismatchError,
-      store.StoreMismatchError,
-  ) as e:
-    ef.exit_with_error(e)
-  except training_loop.NonFiniteRoundError as e:
-    ef.exit_with_error(e, code=1)
+    with ef.exit_on_errors():
+      ef.check_output_dir_writable(experiment.path)
+      task = ef.build_task()
+      context.install_local_context()
+      summary = ef.train(task, ef.build_algorithm(task))
   except KeyboardInterrupt:
     print(
         f'Interrupted; rerun the same command to resume from the last'

@@ -18,3 +18,9 @@ def tff_context():
   worker = context.install_local_context()
   yield worker
   context.shutdown()
+
+
+@pytest.fixture(scope='session')
+def cache_dir(tmp_path_factory):
+  """A TFF dataset cache shared by a test process (femnist is written once)."""
+  return str(tmp_path_factory.mktemp('tff_cache'))

@@ -53,18 +53,16 @@ def tiny_client_data(num_clients: int = 4, examples: int = 8, input_dim: int = 2
 def tiny_task(num_clients: int = 4, hidden: int = 0) -> base.Task:
   train, test = tiny_client_data(num_clients)
 
-  def to_xy(dataset):
-    return dataset.map(lambda e: (e['x'], e['y']))
-
+  preprocess_train, preprocess_eval = base.example_preprocessing(
+      lambda e: (e['x'], e['y'])
+  )
   return base.Task(
       name='tiny',
       train_data=train,
       test_data=test,
       model=tiny_model_spec(hidden=hidden),
-      preprocess_train=lambda ds, epochs, batch_size, seed: base.shuffle_repeat_batch(
-          to_xy(ds), epochs, batch_size, seed
-      ),
-      preprocess_eval=lambda ds, batch_size: to_xy(ds).batch(batch_size),
+      preprocess_train=preprocess_train,
+      preprocess_eval=preprocess_eval,
   )
 
 

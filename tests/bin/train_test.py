@@ -27,16 +27,11 @@ SMALL_RUN = [
 ]
 
 
-@pytest.fixture(scope='module')
-def cache_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp('tff_cache'))
-
-
-def run_main(argv):
-  """Runs train.main in-process with `argv` parsed; restores flags after."""
+def run_main(argv, binary=train):
+  """Runs a binary's main in-process with `argv` parsed; restores flags after."""
   with flagsaver.flagsaver():
-    rest = ef.parse_flags_or_exit(['train.py'] + argv)
-    train.main(rest)
+    rest = ef.parse_flags_or_exit([f'{binary.__name__[4:]}.py'] + argv)
+    binary.main(rest)
 
 
 def one_line_error(capsys, excinfo):

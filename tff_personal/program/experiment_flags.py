@@ -1,11 +1,13 @@
-"""The absl flags of an experiment, shared by the binaries in bin/.
+"""The absl flags of an experiment and the driver steps built on them.
 
-Only drivers import this module (importing it defines the flags). It imports
-no TensorFlow, so that bad flags are reported at once. Flags are
-grouped by prefix: `client_`, `server_`, `eval_`, and the data flags of the
-tasks. `check_and_exit` turns bad input into a one-line error and exit code 2.
+Shared by the binaries in bin/; only drivers import this module (importing it
+defines the flags). Flags are grouped by prefix: `client_`, `server_`,
+`eval_`, and the data flags of the tasks. The module imports TensorFlow only
+inside the driver steps. `exit_on_errors` turns bad input into a one-line
+error and exit code 2.
 """
 
+import contextlib
 import os
 import sys
 from typing import Any, NoReturn
@@ -198,8 +200,9 @@ def resolved_flagfile() -> str:
   return '\n'.join(lines) + '\n'
 
 
-def check_output_dir_writable(path: str) -> None:
-  """Raises `UsageError` naming --root_output_dir if `path` is not writable."""
+def check_output_dir_writable(path: str, flag: Any = None) -> None:
+  """Raises `UsageError` naming `flag` (--root_output_dir) if `path` is not writable."""
+  flag = ROOT_OUTPUT_DIR if flag is None else flag
   try:
     os.makedirs(path, exist_ok=True)
     probe = os.path.join(path, '.write_test')
@@ -208,6 +211,82 @@ def check_output_dir_writable(path: str) -> None:
     os.remove(probe)
   except OSError as e:
     raise UsageError(
-        f'--root_output_dir={ROOT_OUTPUT_DIR.value}: cannot write {path}'
-        f' ({e.strerror or e}).'
+        f'--{flag.name}={flag.value}: cannot write {path} ({e.strerror or e}).'
     ) from e
+
+
+@contextlib.contextmanager
+def exit_on_errors():
+  """Bad input -> one line and exit code 2; a diverged run -> exit code 1."""
+  from tff_personal.personal import store  # pylint: disable=g-import-not-at-top
+  from tff_personal.program import checkpoints  # pylint: disable=g-import-not-at-top
+  from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_personal.tasks import base  # pylint: disable=g-import-not-at-top
+
+  try:
+    yield
+  except (
+      UsageError,
+      base.DataUnavailableError,
+      training_loop.ResumeError,
+      checkpoints.CheckpointMismatchError,
+      store.StoreMismatchError,
+  ) as e:
+    exit_with_error(e)
+  except training_loop.NonFiniteRoundError as e:
+    exit_with_error(e, code=1)
+
+
+def build_task(check_sampling: bool = True):
+  """The task of the flags, checked against --population/--clients_per_round."""
+  task = task_registry.build_task(TASK.value, task_options())
+  if not check_sampling:
+    return task
+  population = len(task.client_ids)
+  if POPULATION.value > population:
+    raise UsageError(
+        f'--population={POPULATION.value} exceeds the {population} clients'
+        f' of task {task.name}; allowed: 0 (all) or 1..{population}.'
+    )
+  population = POPULATION.value or population
+  if CLIENTS_PER_ROUND.value > population:
+    raise UsageError(
+        f'--clients_per_round={CLIENTS_PER_ROUND.value} exceeds the'
+        f' {population} clients of the run; allowed: 1..{population}.'
+    )
+  return task
+
+
+def build_algorithm(task):
+  """The process of --algorithm for `task`'s model."""
+  return algorithm_registry.build_algorithm(
+      ALGORITHM.value, task.model, algorithm_options()
+  )
+
+
+def experiment_dir():
+  from tff_personal.program import outputs  # pylint: disable=g-import-not-at-top
+
+  return outputs.ExperimentDir(ROOT_OUTPUT_DIR.value, experiment_name())
+
+
+def train(task, process) -> dict[str, Any]:
+  """Runs (or resumes) the training program of the flags; returns its summary.
+
+  Writes the resolved flags to `flags.txt` and prints a progress line per
+  round on stdout.
+  """
+  from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
+
+  experiment = experiment_dir()
+  check_output_dir_writable(experiment.path)
+  with open(experiment.flags_path, 'w') as f:
+    f.write(resolved_flagfile())
+  return training_loop.run_training(
+      task,
+      process,
+      training_config(),
+      experiment,
+      run_config=run_config(),
+      progress_stream=sys.stdout,
+  )

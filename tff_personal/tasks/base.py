@@ -19,7 +19,7 @@ the Keras layer names of each block from the *bottom* (input side) to the top.
 
 import dataclasses
 import random
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -133,3 +133,21 @@ def shuffle_repeat_batch(
       .repeat(epochs)
       .batch(batch_size)
   )
+
+
+def example_preprocessing(
+    element_to_xy: Callable[[Any], tuple[tf.Tensor, tf.Tensor]],
+) -> tuple[Callable[..., tf.data.Dataset], Callable[..., tf.data.Dataset]]:
+  """`(preprocess_train, preprocess_eval)` for one example per raw element.
+
+  Training maps `element_to_xy`, then `shuffle_repeat_batch`; evaluation maps
+  and batches.
+  """
+
+  def preprocess_train(dataset, epochs, batch_size, seed):
+    return shuffle_repeat_batch(dataset.map(element_to_xy), epochs, batch_size, seed)
+
+  def preprocess_eval(dataset, batch_size):
+    return dataset.map(element_to_xy).batch(batch_size)
+
+  return preprocess_train, preprocess_eval

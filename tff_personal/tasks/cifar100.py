@@ -82,16 +82,9 @@ def cifar100_element_to_xy(element):
   return x, y
 
 
-def cifar100_preprocess_train(
-    dataset: tf.data.Dataset, epochs: int, batch_size: int, seed: int
-) -> tf.data.Dataset:
-  return base.shuffle_repeat_batch(
-      dataset.map(cifar100_element_to_xy), epochs, batch_size, seed
-  )
-
-
-def cifar100_preprocess_eval(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
-  return dataset.map(cifar100_element_to_xy).batch(batch_size)
+cifar100_preprocess_train, cifar100_preprocess_eval = base.example_preprocessing(
+    cifar100_element_to_xy
+)
 
 
 def resnet_spec() -> base.ModelSpec:

@@ -86,16 +86,9 @@ def emnist_element_to_xy(element):
   return x, y
 
 
-def emnist_preprocess_train(
-    dataset: tf.data.Dataset, epochs: int, batch_size: int, seed: int
-) -> tf.data.Dataset:
-  return base.shuffle_repeat_batch(
-      dataset.map(emnist_element_to_xy), epochs, batch_size, seed
-  )
-
-
-def emnist_preprocess_eval(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
-  return dataset.map(emnist_element_to_xy).batch(batch_size)
+emnist_preprocess_train, emnist_preprocess_eval = base.example_preprocessing(
+    emnist_element_to_xy
+)
 
 
 def emnist_task_from_cache_dir(name: str, cache_dir: str) -> base.Task:

@@ -151,14 +151,7 @@ def element_to_xy(element):
   return x, tf.cast(element['label'], tf.int32)
 
 
-def preprocess_train(
-    dataset: tf.data.Dataset, epochs: int, batch_size: int, seed: int
-) -> tf.data.Dataset:
-  return base.shuffle_repeat_batch(dataset.map(element_to_xy), epochs, batch_size, seed)
-
-
-def preprocess_eval(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
-  return dataset.map(element_to_xy).batch(batch_size)
+preprocess_train, preprocess_eval = base.example_preprocessing(element_to_xy)
 
 
 def model_spec() -> base.ModelSpec:
