@@ -136,3 +136,21 @@ def test_killed_run_resumes_to_the_uninterrupted_results(cache_dir, tmp_path):
       row.pop(timing, None)
     assert results[0] == results[1], name
   assert len(results[0]) == 3 * 6  # Evaluation rounds 2, 4 and 5, 6 clients each.
+
+
+@pytest.mark.parametrize(
+    'task, filename',
+    [
+        ('emnist', 'emnist_all.sqlite'),
+        ('stackoverflow', 'stackoverflow.sqlite'),
+        ('cifar100', 'cifar100.sqlite'),
+    ],
+)
+def test_tff_loader_tasks_without_cached_files_exit_at_once(task, filename, capsys, tmp_path):
+  empty_cache = tmp_path / 'cache'
+  empty_cache.mkdir()
+  with pytest.raises(SystemExit) as excinfo:
+    run_main([f'--task={task}', f'--cache_dir={empty_cache}', f'--root_output_dir={tmp_path}'])
+  message = one_line_error(capsys, excinfo)
+  assert f'{empty_cache}/{filename}' in message and '--cache_dir' in message
+  assert sorted(os.listdir(empty_cache)) == []  # Nothing was downloaded.
