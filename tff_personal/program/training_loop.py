@@ -222,31 +222,13 @@ def run_training(
   eval_csv.truncate_after(start_round)
   outputs.write_json(experiment.config_path, dict(run_config))
 
-  last_eval_summary = _last_eval_summary(metrics_csv, accuracy_name)
+  last_eval_summary = _last_eval_summary(metrics_csv)
   round_times = []
   for round_num in range(start_round + 1, config.total_rounds + 1):
     started = time.monotonic()
-    clients = sampling.sample_clients(
-        population, config.clients_per_round, seed=config.seed, round_num=round_num
+    state, row = _train_round(
+        task, process, state, personal, population, client_index, round_num, config
     )
-    client_data = [
-        task.train_dataset(
-            c,
-            epochs=config.client_epochs,
-            batch_size=config.client_batch_size,
-            seed=sampling.data_seed(config.seed, round_num, client_index[c]),
-        )
-        for c in clients
-    ]
-    personal_states = personal.read(
-        clients, round_num, lambda: process.get_model_weights(state)
-    )
-    output = process.next(state, client_data, personal_states)
-    row = collections.OrderedDict(round=round_num)
-    row.update(outputs.flatten_metrics(output.metrics))
-    _check_finite(round_num, row)
-    state = output.state
-    personal.write(round_num, clients, output.personal_states)
     row['round_seconds'] = time.monotonic() - started
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
@@ -286,6 +268,31 @@ def run_training(
   )
   outputs.write_json(experiment.summary_path, summary)
   return summary
+
+
+def _train_round(task, process, state, personal, population, client_index, round_num, config):
+  """Samples, trains and stores one round; returns the new state and metrics."""
+  clients = sampling.sample_clients(
+      population, config.clients_per_round, seed=config.seed, round_num=round_num
+  )
+  client_data = [
+      task.train_dataset(
+          c,
+          epochs=config.client_epochs,
+          batch_size=config.client_batch_size,
+          seed=sampling.data_seed(config.seed, round_num, client_index[c]),
+      )
+      for c in clients
+  ]
+  personal_states = personal.read(
+      clients, round_num, lambda: process.get_model_weights(state)
+  )
+  output = process.next(state, client_data, personal_states)
+  row = collections.OrderedDict(round=round_num)
+  row.update(outputs.flatten_metrics(output.metrics))
+  _check_finite(round_num, row)  # Before anything of the round is written.
+  personal.write(round_num, clients, output.personal_states)
+  return output.state, row
 
 
 def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str, Any]) -> None:
@@ -335,8 +342,7 @@ def _summarize_eval(eval_rows, accuracy_name: str) -> collections.OrderedDict:
   return result
 
 
-def _last_eval_summary(metrics_csv: outputs.RoundCsv, accuracy_name: str):
-  del accuracy_name  # The summary columns do not depend on it.
+def _last_eval_summary(metrics_csv: outputs.RoundCsv):
   for row in reversed(metrics_csv.read()):
     if row.get('eval/accuracy_mean'):
       return collections.OrderedDict(
