@@ -98,3 +98,19 @@ def test_evaluate_uses_each_clients_own_model(process):
     loss, _, _ = numpy_reference.loss_and_gradients(kernel, bias, x, y)
     np.testing.assert_allclose(metrics['loss'], loss, rtol=1e-5)
     assert metrics['num_examples'] == len(y)
+
+
+def test_canary_personal_model_never_reaches_the_server(process):
+  state = process.initialize()
+  clients = [client_batches(1, [3]), client_batches(2, [4])]
+  data = [batches_dataset(b) for b in clients] + [batches_dataset(client_batches(0, [1])).take(0)]
+  normal = [as_model_weights(*personal(v, 0.0)) for v in (0.1, 0.2, 0.3)]
+  canary = normal[:2] + [as_model_weights(*personal(1e30, -1e30))]
+  without = process.next(state, data, normal)
+  with_canary = process.next(state, data, canary)
+  for a, b in zip(
+      tf.nest.flatten([without.state, without.metrics]),
+      tf.nest.flatten([with_canary.state, with_canary.metrics]),
+  ):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(with_canary.personal_states[2].trainable[0], 1e30)

@@ -33,3 +33,34 @@ def sgd(kernel, bias, batches, learning_rate):
 
 def accuracy(kernel, bias, x, y):
   return float(np.mean(np.argmax(x @ kernel + bias, axis=1) == y))
+
+
+def mlp_loss_and_gradients(params, x, y):
+  """Mean cross-entropy of softmax(relu(x W1 + b1) W2 + b2) and its gradients.
+
+  `params` = [W1, b1, W2, b2] (the tiny model with a hidden layer).
+  """
+  w1, b1, w2, b2 = [p.astype(np.float64) for p in params]
+  x = x.astype(np.float64)
+  pre = x @ w1 + b1
+  hidden = np.maximum(pre, 0.0)
+  loss, d_w2, d_b2 = loss_and_gradients(w2, b2, hidden, y)
+  probabilities = softmax(hidden @ w2 + b2)
+  n = x.shape[0]
+  d_logits = probabilities.copy()
+  d_logits[np.arange(n), y] -= 1.0
+  d_logits /= n
+  d_pre = (d_logits @ w2.T) * (pre > 0)
+  return loss, [x.T @ d_pre, d_pre.sum(axis=0), d_w2, d_b2]
+
+
+def mlp_sgd(params, batches, learning_rate, trainable=(0, 1, 2, 3)):
+  """SGD over `batches` on the parameters at positions `trainable` only."""
+  params = [p.astype(np.float64) for p in params]
+  for x, y in batches:
+    _, gradients = mlp_loss_and_gradients(params, x, y)
+    params = [
+        p - learning_rate * g if i in trainable else p
+        for i, (p, g) in enumerate(zip(params, gradients))
+    ]
+  return params

@@ -46,11 +46,12 @@ def one_line_error(capsys, excinfo):
     'argv, expected',
     [
         (['--task=cifar10'], r'--task=cifar10: value should be one of <femnist\|shakespeare'),
-        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local>'),
+        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local\|fedper>'),
         (['--total_rounds=0'], '--total_rounds=0'),
         (['--clients_per_round=-3'], '--clients_per_round=-3'),
         (['--client_batch_size=0'], '--client_batch_size=0'),
         (['--partition=iid'], '--partition=iid: value should be one of <k_classes'),
+        (['--fedper_finetune_epochs=-1'], '--fedper_finetune_epochs=-1'),
     ],
 )
 def test_bad_flags(argv, expected, capsys):
@@ -104,7 +105,7 @@ def test_smoke_run_writes_every_output(capsys, cache_dir, tmp_path):
 def test_killed_run_resumes_to_the_uninterrupted_results(cache_dir, tmp_path):
   common = SMALL_RUN + [
       f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}',
-      '--algorithm=local', '--total_rounds=5',
+      '--algorithm=fedper', '--fedper_personal_layers=2', '--total_rounds=5',
   ]
   command = [sys.executable, os.path.join(binaries.REPO_ROOT, 'bin', 'train.py')]
   env = dict(os.environ, PYTHONPATH=binaries.REPO_ROOT)
@@ -154,3 +155,19 @@ def test_tff_loader_tasks_without_cached_files_exit_at_once(task, filename, caps
   message = one_line_error(capsys, excinfo)
   assert f'{empty_cache}/{filename}' in message and '--cache_dir' in message
   assert sorted(os.listdir(empty_cache)) == []  # Nothing was downloaded.
+
+
+@pytest.mark.parametrize(
+    'argv, expected',
+    [
+        (['--fedper_personal_layers=5'],
+         '--fedper_personal_layers=5: the femnist model has 4 blocks; allowed: 0..4.'),
+        (['--fedper_linear_base', '--fedper_personal_layers=4'],
+         '--fedper_linear_base needs 1 <= --fedper_personal_layers < 4'),
+    ],
+)
+def test_bad_fedper_flags(argv, expected, capsys, cache_dir, tmp_path):
+  with pytest.raises(SystemExit) as excinfo:
+    run_main(['--algorithm=fedper', f'--cache_dir={cache_dir}',
+              f'--root_output_dir={tmp_path}'] + argv)
+  assert expected in one_line_error(capsys, excinfo)

@@ -117,3 +117,40 @@ def test_concurrent_readers_see_committed_rounds(tmp_path):
     t.join()
   assert not errors
   assert writer.read(['a'])[0][0][0, 0] == 20.0
+
+
+def test_reads_and_writes_of_one_round_from_many_threads(tmp_path):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'))
+  store.write(1, {f'c{i}': state(i) for i in range(40)})
+  errors = []
+
+  def train_clients(first):
+    try:
+      for i in range(first, 40, 4):
+        (old,) = store.read([f'c{i}'], before_round=2)
+        store.write(2, {f'c{i}': state(old[0][0, 0] + 100)})
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=train_clients, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors
+  values = [s[0][0, 0] for s in store.read([f'c{i}' for i in range(40)])]
+  assert values == [i + 100.0 for i in range(40)]
+  assert store.fingerprint(2) == store_lib.StoreFingerprint(2, 40, 2)
+
+
+def test_corrupt_row_is_a_clear_error(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0), 'b': state(2.0)})
+  with sqlite3.connect(path) as connection:
+    connection.execute(
+        "UPDATE personal_states SET state = x'00ff00ff' WHERE client_id = 'b';"
+    )
+  assert store.read(['a'])[0][0][0, 0] == 1.0
+  with pytest.raises(store_lib.StoreMismatchError, match="client 'b' written in round 1"):
+    store.read(['a', 'b'])

@@ -36,7 +36,7 @@ def test_export_round_trip_in_fresh_process(algorithm, tmp_path):
   task = test_utils.tiny_task(num_clients=3, hidden=3)
   process = algorithm_registry.build_algorithm(
       algorithm,
-      task.model,
+      task,
       algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=7),
   )
   train_data, test_data = test_utils.tiny_datasets(**_DATASETS)
@@ -79,4 +79,8 @@ def test_export_round_trip_in_fresh_process(algorithm, tmp_path):
       flatten(expected['initial_weights'])[0], flatten(expected['final_weights'])[0]
   )
   assert moved == (algorithm != 'local')  # Local's server keeps only W0.
+  if algorithm != 'fedavg':  # Personal states were trained and came back.
+    assert not np.array_equal(
+        flatten(initial_personal_states)[0], flatten(expected['personal_states_2'])[0]
+    )
   assert [e['num_examples'] for e in expected['evaluation']] == [8, 8, 8]

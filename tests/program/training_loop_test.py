@@ -14,7 +14,7 @@ from tff_personal.program import checkpoints
 from tff_personal.program import outputs
 from tff_personal.program import training_loop
 
-TASK = test_utils.tiny_task(num_clients=6)
+TASK = test_utils.tiny_task(num_clients=6, hidden=3)
 OPTIONS = algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=2)
 CONFIG = training_loop.TrainingConfig(
     total_rounds=6,
@@ -31,7 +31,7 @@ _PROCESSES = {}
 def process_for(algorithm):
   if algorithm not in _PROCESSES:
     _PROCESSES[algorithm] = algorithm_registry.build_algorithm(
-        algorithm, TASK.model, OPTIONS
+        algorithm, TASK, OPTIONS
     )
   return _PROCESSES[algorithm]
 
@@ -54,7 +54,7 @@ def without_timing(rows):
   return [{k: v for k, v in r.items() if k != 'round_seconds'} for r in rows]
 
 
-@pytest.mark.parametrize('algorithm', ['fedavg', 'local'])
+@pytest.mark.parametrize('algorithm', algorithm_registry.ALGORITHM_NAMES)
 def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   summary = train(algorithm, tmp_path, 'full')
   full = outputs.ExperimentDir(str(tmp_path), 'full')
@@ -68,7 +68,7 @@ def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   )
   assert os.path.exists(full.summary_path)
   assert os.path.isdir(full.tensorboard_dir)
-  assert os.path.exists(full.store_path) == (algorithm == 'local')
+  assert os.path.exists(full.store_path) == (algorithm != 'fedavg')
 
   # A run of 4 rounds (the last one evaluates, as the uninterrupted run's
   # round 4 does), extended to 6 rounds: it resumes after round 4.
@@ -117,7 +117,7 @@ def test_missing_personal_states_are_an_error(tmp_path):
     train('local', tmp_path, 'run', total_rounds=4, run_config={'same': True})
 
 
-@pytest.mark.parametrize('algorithm', ['fedavg', 'local'])
+@pytest.mark.parametrize('algorithm', algorithm_registry.ALGORITHM_NAMES)
 def test_diverging_round_is_an_error_and_keeps_the_checkpoint(algorithm, tmp_path):
   train(algorithm, tmp_path, 'run', total_rounds=2, run_config={'same': True})
   experiment = outputs.ExperimentDir(str(tmp_path), 'run')

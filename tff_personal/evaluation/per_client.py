@@ -12,7 +12,7 @@ and worst clients), so they are not aggregated here.
 """
 
 import collections
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -42,6 +42,7 @@ def build_per_client_evaluation(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     personal_state_type: tff.Type,
     assemble_fn: AssembleFn,
+    shared_weights_type: Optional[tff.Type] = None,
 ) -> tff.Computation:
   """Builds `evaluate` (see the module docstring).
 
@@ -49,10 +50,11 @@ def build_per_client_evaluation(
     model_fn: returns a new `tff.learning.models.VariableModel`.
     personal_state_type: the type P of one client's personal state.
     assemble_fn: `(W, P) -> ModelWeights` of the client's model, in TF.
+    shared_weights_type: the type of W; default: the whole model's weights.
   """
   with tf.Graph().as_default():
     model = model_fn()
-    weights_type = tff.learning.models.weights_type_from_model(model)
+    weights_type = shared_weights_type or tff.learning.models.weights_type_from_model(model)
     data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
 
   @tff.tensorflow.computation(weights_type, personal_state_type, data_type)

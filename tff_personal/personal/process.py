@@ -82,8 +82,10 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
 
   @property
   def has_personal_state(self) -> bool:
-    member = self._personal_state_type.member
-    return not (isinstance(member, tff.StructType) and not member)
+    """Whether P holds any tensor (FedAvg's and FedPer K_P=0's do not)."""
+    return tff.types.contains(
+        self._personal_state_type.member, lambda t: isinstance(t, tff.TensorType)
+    )
 
   def initial_personal_state(self, client_id: str, model_weights: Any) -> Any:
     """The personal state P of a client seen for the first time."""

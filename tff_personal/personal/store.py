@@ -9,6 +9,9 @@ round that wrote it:
   personal_states(client_id TEXT, round INTEGER, state BLOB,
                   PRIMARY KEY (client_id, round))
 
+The store may be shared by the threads of a round (one connection, a lock);
+other processes may read it concurrently (WAL journal).
+
 Checkpoints and the store agree through versions. Between two checkpoints a
 client may have a row per round it trained in; `checkpoint(r)` then keeps,
 per client, only its newest row of round <= r (one row per client), and
@@ -18,10 +21,12 @@ fingerprint saved with the program checkpoint detects a missing, replaced or
 corrupt store: that is an error, never a silent re-initialization.
 """
 
+import contextlib
 import dataclasses
 import io
 import os
 import sqlite3
+import threading
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -74,7 +79,11 @@ class ClientStateStore:
       raise StoreMismatchError(f'The personal state store {path} is missing.')
     self._path = path
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    self._connection = sqlite3.connect(path, isolation_level=None)
+    # One connection, shared by the threads of a round under a lock.
+    self._lock = threading.RLock()
+    self._connection = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False
+    )
     try:
       self._connection.execute('PRAGMA journal_mode=WAL;')
       self._connection.execute('PRAGMA synchronous=NORMAL;')
@@ -104,12 +113,22 @@ class ClientStateStore:
     limit = np.iinfo(np.int64).max if before_round is None else before_round
     states = []
     for client_id in client_ids:
-      row = self._connection.execute(
-          'SELECT state FROM personal_states WHERE client_id = ? AND round < ?'
-          ' ORDER BY round DESC LIMIT 1;',
-          (client_id, limit),
-      ).fetchone()
-      states.append(None if row is None else deserialize_state(row[0]))
+      with self._lock:
+        row = self._connection.execute(
+            'SELECT round, state FROM personal_states WHERE client_id = ? AND'
+            ' round < ? ORDER BY round DESC LIMIT 1;',
+            (client_id, limit),
+        ).fetchone()
+      if row is None:
+        states.append(None)
+        continue
+      try:
+        states.append(deserialize_state(row[1]))
+      except (ValueError, EOFError, OSError) as e:
+        raise StoreMismatchError(
+            f'The personal state of client {client_id!r} written in round'
+            f' {row[0]} in {self._path} is corrupt ({e}).'
+        ) from e
     return states
 
   def write(self, round_num: int, states: Mapping[str, Sequence[np.ndarray]]) -> None:
@@ -136,17 +155,19 @@ class ClientStateStore:
     return self.fingerprint(round_num)
 
   def fingerprint(self, round_num: int) -> StoreFingerprint:
-    num_clients, last_round = self._connection.execute(
-        'SELECT COUNT(DISTINCT client_id), COALESCE(MAX(round), 0) FROM'
-        ' personal_states WHERE round <= ?;',
-        (round_num,),
-    ).fetchone()
+    with self._lock:
+      num_clients, last_round = self._connection.execute(
+          'SELECT COUNT(DISTINCT client_id), COALESCE(MAX(round), 0) FROM'
+          ' personal_states WHERE round <= ?;',
+          (round_num,),
+      ).fetchone()
     return StoreFingerprint(round_num, num_clients, last_round)
 
   def restore(self, expected: StoreFingerprint) -> None:
     """Rolls back to the checkpointed round; raises `StoreMismatchError`."""
     try:
-      (integrity,) = self._connection.execute('PRAGMA quick_check;').fetchone()
+      with self._lock:
+        (integrity,) = self._connection.execute('PRAGMA quick_check;').fetchone()
       if integrity != 'ok':
         raise StoreMismatchError(f'{self._path} is corrupt: {integrity}')
       with self._transaction():
@@ -165,18 +186,13 @@ class ClientStateStore:
           f' {expected.last_write_round}).'
       )
 
+  @contextlib.contextmanager
   def _transaction(self):
-    return _Transaction(self._connection)
-
-
-class _Transaction:
-
-  def __init__(self, connection: sqlite3.Connection):
-    self._connection = connection
-
-  def __enter__(self):
-    self._connection.execute('BEGIN IMMEDIATE;')
-
-  def __exit__(self, exc_type, exc, tb):
-    self._connection.execute('COMMIT;' if exc_type is None else 'ROLLBACK;')
-    return False
+    with self._lock:
+      self._connection.execute('BEGIN IMMEDIATE;')
+      try:
+        yield
+      except BaseException:
+        self._connection.execute('ROLLBACK;')
+        raise
+      self._connection.execute('COMMIT;')

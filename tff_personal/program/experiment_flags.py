@@ -43,6 +43,21 @@ POPULATION = flags.DEFINE_integer(
     lower_bound=0,
 )
 
+# FedPer (Arivazhagan et al. 2019).
+FEDPER_PERSONAL_LAYERS = flags.DEFINE_integer(
+    'fedper_personal_layers', None,
+    'FedPer K_P: top blocks kept personal (classifier = block 1); default: the'
+    " task's.", lower_bound=0,
+)
+FEDPER_FINETUNE_EPOCHS = flags.DEFINE_integer(
+    'fedper_finetune_epochs', 0,
+    'FedPer: personal-only passes over the round data (each --client_epochs'
+    ' epochs) before training, base frozen.', lower_bound=0,
+)
+FEDPER_LINEAR_BASE = flags.DEFINE_bool(
+    'fedper_linear_base', False, 'FedPer ablation: the base is one linear layer.'
+)
+
 # Evaluation, checkpoints and outputs.
 ROUNDS_PER_EVAL = flags.DEFINE_integer(
     'rounds_per_eval', 5, 'Per-client evaluation every this many rounds.', lower_bound=1
@@ -104,7 +119,8 @@ _RUN_FLAGS = (
     ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
     CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
-    STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH,
+    STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH, FEDPER_PERSONAL_LAYERS,
+    FEDPER_FINETUNE_EPOCHS, FEDPER_LINEAR_BASE,
 )
 
 
@@ -160,6 +176,9 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       client_learning_rate=CLIENT_LEARNING_RATE.value,
       server_learning_rate=SERVER_LEARNING_RATE.value,
       seed=SEED.value,
+      fedper_personal_layers=FEDPER_PERSONAL_LAYERS.value,
+      fedper_finetune_epochs=FEDPER_FINETUNE_EPOCHS.value,
+      fedper_linear_base=FEDPER_LINEAR_BASE.value,
   )
 
 
@@ -258,10 +277,26 @@ def build_task(check_sampling: bool = True):
 
 
 def build_algorithm(task):
-  """The process of --algorithm for `task`'s model."""
-  return algorithm_registry.build_algorithm(
-      ALGORITHM.value, task.model, algorithm_options()
-  )
+  """The process of --algorithm for `task`; bad algorithm flags -> UsageError."""
+  if ALGORITHM.value == 'fedper':
+    num_blocks = len(task.model.blocks)
+    personal_blocks = FEDPER_PERSONAL_LAYERS.value
+    if personal_blocks is not None and personal_blocks > num_blocks:
+      raise UsageError(
+          f'--fedper_personal_layers={personal_blocks}: the {task.name} model has'
+          f' {num_blocks} blocks; allowed: 0..{num_blocks}.'
+      )
+    if FEDPER_LINEAR_BASE.value:
+      personal_blocks = task.default_personal_blocks if personal_blocks is None else personal_blocks
+      if not 1 <= personal_blocks < num_blocks:
+        raise UsageError(
+            f'--fedper_linear_base needs 1 <= --fedper_personal_layers <'
+            f' {num_blocks} (a base to replace), got {personal_blocks}.'
+        )
+  try:
+    return algorithm_registry.build_algorithm(ALGORITHM.value, task, algorithm_options())
+  except ValueError as e:  # E.g. a linear base for a model that cannot take one.
+    raise UsageError(f'--algorithm={ALGORITHM.value}: {e}') from e
 
 
 def experiment_dir():

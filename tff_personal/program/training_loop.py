@@ -112,14 +112,12 @@ class _PersonalStates:
       self._store = store_lib.ClientStateStore(store_path, create=not resuming)
     self._template = None
 
-  @property
-  def store(self) -> Optional[store_lib.ClientStateStore]:
-    return self._store
-
   def read(self, client_ids, before_round: int, model_weights_fn) -> list[Any]:
     """The clients' states; new clients get `initial_personal_state`."""
-    if self._store is None:
-      return [collections.OrderedDict() for _ in client_ids]
+    if self._store is None:  # P holds no tensor: the same (empty) P for all.
+      if self._template is None:
+        self._template = self._process.initial_personal_state(client_ids[0], None)
+      return [self._template] * len(client_ids)
     flat_states = self._store.read(client_ids, before_round=before_round)
     model_weights = None
     if self._template is None or any(f is None for f in flat_states):

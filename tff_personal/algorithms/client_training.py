@@ -1,0 +1,41 @@
+"""Client-side SGD in plain TensorFlow, shared by the personalized algorithms.
+
+The same steps as TFF's model-delta client work (`tff.learning`'s FedAvg):
+for each batch, the gradient of `model.forward_pass(batch).loss` and the SGD
+update `w <- w - learning_rate * g`, here on a chosen subset of the model's
+variables (all of them, or only the personal ones when fine-tuning).
+"""
+
+from typing import Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def sgd_pass(
+    model: tff.learning.models.VariableModel,
+    dataset: tf.data.Dataset,
+    variables: Sequence[tf.Variable],
+    learning_rate: float,
+) -> tf.Tensor:
+  """One pass of SGD over `dataset` updating `variables`; returns #examples.
+
+  Call inside a `tf.function`. The model's metrics accumulate the pass.
+  """
+  variables = list(variables)
+
+  def step(num_examples, batch):
+    with tf.GradientTape() as tape:
+      output = model.forward_pass(batch, training=True)
+    gradients = tape.gradient(output.loss, variables)
+    for variable, gradient in zip(variables, gradients):
+      variable.assign(variable - learning_rate * gradient)
+    return num_examples + tf.cast(output.num_examples, tf.int64)
+
+  return dataset.reduce(tf.constant(0, tf.int64), step)
+
+
+def all_finite(structure) -> tf.Tensor:
+  """True iff every value in the structure of tensors is finite."""
+  flags = [tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(structure)]
+  return tf.reduce_all(tf.stack(flags)) if flags else tf.constant(True)

@@ -1,0 +1,212 @@
+"""FedPer: federated base layers, personal top layers (Arivazhagan et al. 2019).
+
+"Federated Learning with Personalization Layers" (arXiv 1912.00818). The
+model is split (`tff_personal.models.split.PersonalSplit`) into base blocks,
+trained by federated averaging, and the top K_P blocks (the classifier is
+block 1), which never leave the client. Each round, every selected client
+
+  1. assembles its model from the broadcast base B and its personal layers P;
+  2. optionally fine-tunes P alone, B frozen, for `finetune_passes` passes
+     over its round data (the paper's appendix);
+  3. runs SGD on B and P together over its round data (`client_epochs`
+     epochs, batched by the task);
+  4. keeps the new P and sends only the base delta B - B' with weight n_j.
+
+The server averages the base deltas with weights n_j / sum n (any weighted
+`tff.aggregators` factory) and applies them with its SGD (TFF's
+apply-optimizer finalizer). With K_P = 0 this is exactly FedAvg.
+
+  initialize: ( -> <global_model_weights=B, aggregator, finalizer>@SERVER)
+  next: (<S@SERVER, {D*}@CLIENTS, {P}@CLIENTS> -> <S@SERVER, {P}@CLIENTS, M@SERVER>)
+    P = <trainable=<personal layers' weights>, non_trainable=<...>>
+  evaluate: (<B@SERVER, {D*}@CLIENTS, {P}@CLIENTS> -> {E}@CLIENTS)
+    each client's personalized model (B and its own P) on its own data.
+
+A client seen for the first time gets personal layers freshly initialized
+with a seed derived from (seed, client id). A client whose base delta or
+personal layers are not finite keeps its old P, sends a zero-weight update,
+and is counted in the `non_finite_clients` metric.
+"""
+
+import collections
+import hashlib
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_personal.algorithms import client_training
+from tff_personal.evaluation import per_client
+from tff_personal.models import split as split_lib
+from tff_personal.personal import process as process_lib
+from tff_personal.tasks import base
+
+ModelWeights = tff.learning.models.ModelWeights
+
+
+def client_seed(seed: int, client_id: str) -> int:
+  """A stable seed for one client's personal initialization."""
+  digest = hashlib.sha256(f'{seed}/{client_id}'.encode()).digest()
+  return int.from_bytes(digest[:4], 'little')
+
+
+def _model_weights_type(weights: ModelWeights) -> tff.Type:
+  return process_lib.constant_computation(weights).type_signature.result
+
+
+def build_client_update(model_fn, split: split_lib.PersonalSplit, learning_rate, finetune_passes):
+  """The client's step 1-4 (module docstring) as a `tf.function`."""
+  model = model_fn()
+  variables = ModelWeights.from_model(model)
+  personal_variables = split.personal(variables).trainable
+
+  @tf.function
+  def client_update(base_weights, personal_weights, dataset):
+    tf.nest.map_structure(
+        lambda v, w: v.assign(w), variables, split.merge(base_weights, personal_weights)
+    )
+    if personal_variables:
+      for _ in range(finetune_passes):
+        client_training.sgd_pass(model, dataset, personal_variables, learning_rate)
+      model.reset_metrics()  # Training metrics cover step 3 only.
+    num_examples = client_training.sgd_pass(
+        model, dataset, variables.trainable, learning_rate
+    )
+    new_base = split.base(variables)
+    new_personal = tf.nest.map_structure(tf.identity, split.personal(variables))
+    update = tf.nest.map_structure(tf.subtract, base_weights.trainable, new_base.trainable)
+    finite = tf.logical_and(
+        client_training.all_finite(update), client_training.all_finite(new_personal)
+    )
+    if not finite:
+      model.reset_metrics()
+    return collections.OrderedDict(
+        update=tf.nest.map_structure(
+            lambda u: tf.where(finite, u, tf.zeros_like(u)), update
+        ),
+        update_weight=tf.where(finite, tf.cast(num_examples, tf.float32), 0.0),
+        personal_state=tf.nest.map_structure(
+            lambda new, old: tf.where(finite, new, old), new_personal, personal_weights
+        ),
+        model_output=model.report_local_unfinalized_metrics(),
+        non_finite=tf.cast(tf.logical_not(finite), tf.int32),
+    )
+
+  return client_update
+
+
+def build_fedper(
+    model: base.ModelSpec,
+    *,
+    personal_blocks: int,
+    client_learning_rate: float,
+    server_learning_rate: float = 1.0,
+    finetune_passes: int = 0,
+    seed: int = 0,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+) -> process_lib.PersonalizedProcess:
+  """Builds FedPer; see the module docstring.
+
+  Args:
+    model: the task's model (use `split.with_linear_base` for the ablation).
+    personal_blocks: K_P, the number of top blocks kept by the clients.
+    client_learning_rate: learning rate of the clients' SGD.
+    server_learning_rate: learning rate of the server's SGD on the averaged
+      base delta (1.0 is plain averaging).
+    finetune_passes: personal-only passes over the round data before training.
+    seed: seeds the initial base weights and, with each client id, that
+      client's first personal layers.
+    model_aggregator: weighted aggregation of the base deltas (default: mean).
+  """
+  split = split_lib.PersonalSplit.of(model, personal_blocks)
+  initial_weights = model.initial_weights(seed)
+  initial_base = split.base(initial_weights)
+  base_type = _model_weights_type(initial_base)
+  personal_type = _model_weights_type(split.personal(initial_weights))
+  with tf.Graph().as_default():
+    keras_model = model.tff_model_fn()
+    data_type = tff.SequenceType(tff.types.tensorflow_to_type(keras_model.input_spec))
+    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
+        keras_model.metric_finalizers()
+    )
+
+  @tff.tensorflow.computation(base_type, personal_type, data_type)
+  def client_update(base_weights, personal_weights, dataset):
+    update_fn = build_client_update(
+        model.tff_model_fn, split, client_learning_rate, finetune_passes
+    )
+    return update_fn(base_weights, personal_weights, dataset)
+
+  aggregation = (model_aggregator or tff.aggregators.MeanFactory()).create(
+      base_type.trainable, tff.TensorType(np.float32)
+  )
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(server_learning_rate), base_type
+  )
+  initial_base_fn = process_lib.constant_computation(initial_base)
+
+  @tff.federated_computation
+  def initialize_fn():
+    return tff.federated_zip(
+        collections.OrderedDict(
+            global_model_weights=tff.federated_eval(initial_base_fn, tff.SERVER),
+            aggregator=aggregation.initialize(),
+            finalizer=finalizer.initialize(),
+        )
+    )
+
+  state_type = initialize_fn.type_signature.result
+
+  @tff.federated_computation(
+      state_type,
+      tff.FederatedType(data_type, tff.CLIENTS),
+      tff.FederatedType(personal_type, tff.CLIENTS),
+  )
+  def next_fn(state, client_data, personal_states):
+    client_outputs = tff.federated_map(
+        client_update,
+        (tff.federated_broadcast(state.global_model_weights), personal_states, client_data),
+    )
+    aggregated = aggregation.next(
+        state.aggregator, client_outputs.update, client_outputs.update_weight
+    )
+    finalized = finalizer.next(state.finalizer, state.global_model_weights, aggregated.result)
+    new_state = tff.federated_zip(
+        collections.OrderedDict(
+            global_model_weights=finalized.result,
+            aggregator=aggregated.state,
+            finalizer=finalized.state,
+        )
+    )
+    metrics = tff.federated_zip(
+        collections.OrderedDict(
+            client_work=tff.federated_zip(
+                collections.OrderedDict(train=metrics_aggregation(client_outputs.model_output))
+            ),
+            aggregator=aggregated.measurements,
+            finalizer=finalized.measurements,
+            non_finite_clients=tff.federated_sum(client_outputs.non_finite),
+        )
+    )
+    return process_lib.PersonalizedProcessOutput(
+        new_state, client_outputs.personal_state, metrics
+    )
+
+  @tff.tensorflow.computation(state_type.member)
+  def get_model_weights(state):
+    return state['global_model_weights']
+
+  def initial_personal_state(client_id, base_weights):
+    del base_weights  # Personal layers start fresh, not from the shared model.
+    return split.personal(model.initial_weights(client_seed(seed, client_id)))
+
+  evaluate = per_client.build_per_client_evaluation(
+      model.tff_model_fn,
+      personal_state_type=personal_type,
+      assemble_fn=split.merge,
+      shared_weights_type=base_type,
+  )
+  return process_lib.PersonalizedProcess(
+      initialize_fn, next_fn, get_model_weights, evaluate, initial_personal_state
+  )
