@@ -1,0 +1,1 @@
+"""Aggregation factories usable by every algorithm (robust statistics, clipping)."""
