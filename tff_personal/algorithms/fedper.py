@@ -28,16 +28,14 @@ personal layers are not finite keeps its old P, sends a zero-weight update,
 and is counted in the `non_finite_clients` metric.
 """
 
-import collections
 import hashlib
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
-from tff_personal.evaluation import per_client
+from tff_personal.algorithms import shared_model
 from tff_personal.models import split as split_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
@@ -51,12 +49,8 @@ def client_seed(seed: int, client_id: str) -> int:
   return int.from_bytes(digest[:4], 'little')
 
 
-def _model_weights_type(weights: ModelWeights) -> tff.Type:
-  return process_lib.constant_computation(weights).type_signature.result
-
-
 def build_client_update(model_fn, split: split_lib.PersonalSplit, learning_rate, finetune_passes):
-  """The client's step 1-4 (module docstring) as a `tf.function`."""
+  """The client's steps 1-4 (module docstring) as a `tf.function`."""
   model = model_fn()
   variables = ModelWeights.from_model(model)
   personal_variables = split.personal(variables).trainable
@@ -73,24 +67,15 @@ def build_client_update(model_fn, split: split_lib.PersonalSplit, learning_rate,
     num_examples = client_training.sgd_pass(
         model, dataset, variables.trainable, learning_rate
     )
-    new_base = split.base(variables)
     new_personal = tf.nest.map_structure(tf.identity, split.personal(variables))
-    update = tf.nest.map_structure(tf.subtract, base_weights.trainable, new_base.trainable)
+    update = tf.nest.map_structure(
+        tf.subtract, base_weights.trainable, split.base(variables).trainable
+    )
     finite = tf.logical_and(
         client_training.all_finite(update), client_training.all_finite(new_personal)
     )
-    if not finite:
-      model.reset_metrics()
-    return collections.OrderedDict(
-        update=tf.nest.map_structure(
-            lambda u: tf.where(finite, u, tf.zeros_like(u)), update
-        ),
-        update_weight=tf.where(finite, tf.cast(num_examples, tf.float32), 0.0),
-        personal_state=tf.nest.map_structure(
-            lambda new, old: tf.where(finite, new, old), new_personal, personal_weights
-        ),
-        model_output=model.report_local_unfinalized_metrics(),
-        non_finite=tf.cast(tf.logical_not(finite), tf.int32),
+    return shared_model.client_result(
+        update, num_examples, new_personal, personal_weights, model, finite
     )
 
   return client_update
@@ -121,92 +106,20 @@ def build_fedper(
   """
   split = split_lib.PersonalSplit.of(model, personal_blocks)
   initial_weights = model.initial_weights(seed)
-  initial_base = split.base(initial_weights)
-  base_type = _model_weights_type(initial_base)
-  personal_type = _model_weights_type(split.personal(initial_weights))
-  with tf.Graph().as_default():
-    keras_model = model.tff_model_fn()
-    data_type = tff.SequenceType(tff.types.tensorflow_to_type(keras_model.input_spec))
-    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
-        keras_model.metric_finalizers()
-    )
-
-  @tff.tensorflow.computation(base_type, personal_type, data_type)
-  def client_update(base_weights, personal_weights, dataset):
-    update_fn = build_client_update(
-        model.tff_model_fn, split, client_learning_rate, finetune_passes
-    )
-    return update_fn(base_weights, personal_weights, dataset)
-
-  aggregation = (model_aggregator or tff.aggregators.MeanFactory()).create(
-      base_type.trainable, tff.TensorType(np.float32)
-  )
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(server_learning_rate), base_type
-  )
-  initial_base_fn = process_lib.constant_computation(initial_base)
-
-  @tff.federated_computation
-  def initialize_fn():
-    return tff.federated_zip(
-        collections.OrderedDict(
-            global_model_weights=tff.federated_eval(initial_base_fn, tff.SERVER),
-            aggregator=aggregation.initialize(),
-            finalizer=finalizer.initialize(),
-        )
-    )
-
-  state_type = initialize_fn.type_signature.result
-
-  @tff.federated_computation(
-      state_type,
-      tff.FederatedType(data_type, tff.CLIENTS),
-      tff.FederatedType(personal_type, tff.CLIENTS),
-  )
-  def next_fn(state, client_data, personal_states):
-    client_outputs = tff.federated_map(
-        client_update,
-        (tff.federated_broadcast(state.global_model_weights), personal_states, client_data),
-    )
-    aggregated = aggregation.next(
-        state.aggregator, client_outputs.update, client_outputs.update_weight
-    )
-    finalized = finalizer.next(state.finalizer, state.global_model_weights, aggregated.result)
-    new_state = tff.federated_zip(
-        collections.OrderedDict(
-            global_model_weights=finalized.result,
-            aggregator=aggregated.state,
-            finalizer=finalized.state,
-        )
-    )
-    metrics = tff.federated_zip(
-        collections.OrderedDict(
-            client_work=tff.federated_zip(
-                collections.OrderedDict(train=metrics_aggregation(client_outputs.model_output))
-            ),
-            aggregator=aggregated.measurements,
-            finalizer=finalized.measurements,
-            non_finite_clients=tff.federated_sum(client_outputs.non_finite),
-        )
-    )
-    return process_lib.PersonalizedProcessOutput(
-        new_state, client_outputs.personal_state, metrics
-    )
-
-  @tff.tensorflow.computation(state_type.member)
-  def get_model_weights(state):
-    return state['global_model_weights']
 
   def initial_personal_state(client_id, base_weights):
     del base_weights  # Personal layers start fresh, not from the shared model.
     return split.personal(model.initial_weights(client_seed(seed, client_id)))
 
-  evaluate = per_client.build_per_client_evaluation(
-      model.tff_model_fn,
-      personal_state_type=personal_type,
+  return shared_model.build_process(
+      model,
+      initial_shared_weights=split.base(initial_weights),
+      personal_type=shared_model.weights_type(split.personal(initial_weights)),
+      client_update_fn=lambda: build_client_update(
+          model.tff_model_fn, split, client_learning_rate, finetune_passes
+      ),
       assemble_fn=split.merge,
-      shared_weights_type=base_type,
-  )
-  return process_lib.PersonalizedProcess(
-      initialize_fn, next_fn, get_model_weights, evaluate, initial_personal_state
+      initial_personal_state_fn=initial_personal_state,
+      server_learning_rate=server_learning_rate,
+      model_aggregator=model_aggregator,
   )

@@ -1,0 +1,163 @@
+"""The orchestration shared by algorithms with a global model and personal state.
+
+FedPer and Ditto (and LINDT, APFL later) differ only in what a client does;
+the rest is FedAvg's composition (McMahan et al. 2017), written once here:
+
+  1. broadcast the shared weights W to the round's clients;
+  2. each client runs `client_update(W, P, D)` and returns
+     <update = W - W' (its shared delta), update_weight (n_j, 0 if non-finite),
+      personal_state = P', model_output (unfinalized metrics), non_finite>;
+  3. aggregate the updates with a weighted `tff.aggregators` factory (mean
+     by default, or a robust one);
+  4. apply the aggregate with the server's SGD (TFF's apply-optimizer
+     finalizer, which also rejects a non-finite aggregate).
+
+  initialize: ( -> <global_model_weights=W, aggregator, finalizer>@SERVER)
+  next: (<S@SERVER, {D*}@CLIENTS, {P}@CLIENTS> -> <S@SERVER, {P}@CLIENTS, M@SERVER>)
+  M = <client_work=<train=...>, aggregator, finalizer, non_finite_clients>
+
+Only `update` and the metrics leave the clients; `personal_state` stays at
+CLIENTS.
+"""
+
+import collections
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_personal.evaluation import per_client
+from tff_personal.personal import process as process_lib
+from tff_personal.tasks import base
+
+ModelWeights = tff.learning.models.ModelWeights
+
+
+def weights_type(weights: ModelWeights) -> tff.Type:
+  """The TFF type of a NumPy `ModelWeights`."""
+  return process_lib.constant_computation(weights).type_signature.result
+
+
+def client_result(update, num_examples, new_personal, old_personal, model, finite):
+  """The `client_update` result; a non-finite client sends nothing, keeps P.
+
+  Call inside the client's `tf.function`.
+  """
+  if not finite:
+    model.reset_metrics()
+  return collections.OrderedDict(
+      update=tf.nest.map_structure(lambda u: tf.where(finite, u, tf.zeros_like(u)), update),
+      update_weight=tf.where(finite, tf.cast(num_examples, tf.float32), 0.0),
+      personal_state=tf.nest.map_structure(
+          lambda new, old: tf.where(finite, new, old), new_personal, old_personal
+      ),
+      model_output=model.report_local_unfinalized_metrics(),
+      non_finite=tf.cast(tf.logical_not(finite), tf.int32),
+  )
+
+
+def build_process(
+    model: base.ModelSpec,
+    *,
+    initial_shared_weights: ModelWeights,
+    personal_type: tff.Type,
+    client_update_fn: Callable[[], Callable[..., Any]],
+    assemble_fn: per_client.AssembleFn,
+    initial_personal_state_fn: process_lib.InitialPersonalStateFn,
+    server_learning_rate: float,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+) -> process_lib.PersonalizedProcess:
+  """The `PersonalizedProcess` of the module docstring.
+
+  Args:
+    model: the task's model (its data type and metrics).
+    initial_shared_weights: W at round 0 (NumPy `ModelWeights`).
+    personal_type: the type P of one client's personal state.
+    client_update_fn: builds, inside a TF computation, the client's
+      `(W, P, dataset) -> client_result(...)` function (a `tf.function`).
+    assemble_fn: `(W, P) -> ModelWeights` of a client's evaluated model.
+    initial_personal_state_fn: P of a client seen for the first time.
+    server_learning_rate: the server SGD's learning rate (1.0: averaging).
+    model_aggregator: weighted aggregation of the updates (default: mean).
+  """
+  shared_type = weights_type(initial_shared_weights)
+  with tf.Graph().as_default():
+    keras_model = model.tff_model_fn()
+    data_type = tff.SequenceType(tff.types.tensorflow_to_type(keras_model.input_spec))
+    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
+        keras_model.metric_finalizers()
+    )
+
+  @tff.tensorflow.computation(shared_type, personal_type, data_type)
+  def client_update(shared_weights, personal_state, dataset):
+    return client_update_fn()(shared_weights, personal_state, dataset)
+
+  aggregation = (model_aggregator or tff.aggregators.MeanFactory()).create(
+      shared_type.trainable, tff.TensorType(np.float32)
+  )
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(server_learning_rate), shared_type
+  )
+  initial_weights_fn = process_lib.constant_computation(initial_shared_weights)
+
+  @tff.federated_computation
+  def initialize_fn():
+    return tff.federated_zip(
+        collections.OrderedDict(
+            global_model_weights=tff.federated_eval(initial_weights_fn, tff.SERVER),
+            aggregator=aggregation.initialize(),
+            finalizer=finalizer.initialize(),
+        )
+    )
+
+  state_type = initialize_fn.type_signature.result
+
+  @tff.federated_computation(
+      state_type,
+      tff.FederatedType(data_type, tff.CLIENTS),
+      tff.FederatedType(personal_type, tff.CLIENTS),
+  )
+  def next_fn(state, client_data, personal_states):
+    client_outputs = tff.federated_map(
+        client_update,
+        (tff.federated_broadcast(state.global_model_weights), personal_states, client_data),
+    )
+    aggregated = aggregation.next(
+        state.aggregator, client_outputs.update, client_outputs.update_weight
+    )
+    finalized = finalizer.next(state.finalizer, state.global_model_weights, aggregated.result)
+    new_state = tff.federated_zip(
+        collections.OrderedDict(
+            global_model_weights=finalized.result,
+            aggregator=aggregated.state,
+            finalizer=finalized.state,
+        )
+    )
+    metrics = tff.federated_zip(
+        collections.OrderedDict(
+            client_work=tff.federated_zip(
+                collections.OrderedDict(train=metrics_aggregation(client_outputs.model_output))
+            ),
+            aggregator=aggregated.measurements,
+            finalizer=finalized.measurements,
+            non_finite_clients=tff.federated_sum(client_outputs.non_finite),
+        )
+    )
+    return process_lib.PersonalizedProcessOutput(
+        new_state, client_outputs.personal_state, metrics
+    )
+
+  @tff.tensorflow.computation(state_type.member)
+  def get_model_weights(state):
+    return state['global_model_weights']
+
+  evaluate = per_client.build_per_client_evaluation(
+      model.tff_model_fn,
+      personal_state_type=personal_type,
+      assemble_fn=assemble_fn,
+      shared_weights_type=shared_type,
+  )
+  return process_lib.PersonalizedProcess(
+      initialize_fn, next_fn, get_model_weights, evaluate, initial_personal_state_fn
+  )
