@@ -46,12 +46,14 @@ def one_line_error(capsys, excinfo):
     'argv, expected',
     [
         (['--task=cifar10'], r'--task=cifar10: value should be one of <femnist\|shakespeare'),
-        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local\|fedper>'),
+        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local\|fedper\|ditto\|fedprox>'),
         (['--total_rounds=0'], '--total_rounds=0'),
         (['--clients_per_round=-3'], '--clients_per_round=-3'),
         (['--client_batch_size=0'], '--client_batch_size=0'),
         (['--partition=iid'], '--partition=iid: value should be one of <k_classes'),
         (['--fedper_finetune_epochs=-1'], '--fedper_finetune_epochs=-1'),
+        (['--ditto_lambda=-0.5'], '--ditto_lambda=-0.5'),
+        (['--aggregator=bulyan'], '--aggregator=bulyan: value should be one of <mean\\|median'),
     ],
 )
 def test_bad_flags(argv, expected, capsys):
@@ -170,4 +172,23 @@ def test_bad_fedper_flags(argv, expected, capsys, cache_dir, tmp_path):
   with pytest.raises(SystemExit) as excinfo:
     run_main(['--algorithm=fedper', f'--cache_dir={cache_dir}',
               f'--root_output_dir={tmp_path}'] + argv)
+  assert expected in one_line_error(capsys, excinfo)
+
+
+@pytest.mark.parametrize(
+    'argv, expected',
+    [
+        (['--algorithm=ditto', '--aggregator=krum', '--clients_per_round=4',
+          '--aggregator_num_adversaries=1'],
+         '--aggregator=krum needs --clients_per_round > 2 * --aggregator_num_adversaries + 2'
+         ' = 4, got --clients_per_round=4.'),
+        (['--algorithm=local', '--aggregator=median'],
+         '--aggregator=median: --algorithm=local aggregates no update'),
+        (['--algorithm=fedavg', '--aggregator=k_norm', '--aggregator_k=10'],
+         '--aggregator_k=10 must be below --clients_per_round=10'),
+    ],
+)
+def test_bad_aggregator_flags(argv, expected, capsys, cache_dir, tmp_path):
+  with pytest.raises(SystemExit) as excinfo:
+    run_main([f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}'] + argv)
   assert expected in one_line_error(capsys, excinfo)

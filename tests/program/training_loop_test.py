@@ -68,7 +68,7 @@ def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   )
   assert os.path.exists(full.summary_path)
   assert os.path.isdir(full.tensorboard_dir)
-  assert os.path.exists(full.store_path) == (algorithm != 'fedavg')
+  assert os.path.exists(full.store_path) == process_for(algorithm).has_personal_state
 
   # A run of 4 rounds (the last one evaluates, as the uninterrupted run's
   # round 4 does), extended to 6 rounds: it resumes after round 4.

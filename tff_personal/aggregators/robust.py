@@ -99,9 +99,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-AGGREGATOR_NAMES = (
-    'mean', 'median', 'trimmed_mean', 'krum', 'multi_krum', 'k_norm', 'norm_clip', 'tff_robust'
-)
+from tff_personal.aggregators import names
+
+AGGREGATOR_NAMES = names.AGGREGATOR_NAMES
 
 # A statistic maps the filled rows [n, d] (n >= 1) and their weights [n] to
 # the result [d] and an OrderedDict of scalar measurements.

@@ -49,11 +49,8 @@ def build_fedavg(
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_learning_rate),
       model_aggregator=model_aggregator,
   )
-  evaluate = per_client.build_per_client_evaluation(
-      model.tff_model_fn,
-      personal_state_type=tff.StructType([]),
-      assemble_fn=lambda global_weights, personal_state: global_weights,
-  )
   return process_lib.from_learning_process(
-      learning_process, model.initial_weights(seed), evaluate
+      learning_process,
+      model.initial_weights(seed),
+      per_client.build_global_model_evaluation(model.tff_model_fn),
   )

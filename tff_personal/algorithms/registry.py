@@ -7,7 +7,9 @@ if TYPE_CHECKING:  # The registry itself imports no TensorFlow (fast flag checks
   from tff_personal.personal import process as process_lib
   from tff_personal.tasks import base
 
-ALGORITHM_NAMES = ('fedavg', 'local', 'fedper')
+ALGORITHM_NAMES = ('fedavg', 'local', 'fedper', 'ditto', 'fedprox')
+# Algorithms whose shared update goes through `--aggregator`.
+AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +27,21 @@ class AlgorithmOptions:
       before each round's training.
     fedper_linear_base: FedPer's ablation, the base replaced by one linear
       layer.
+    ditto_lambda: Ditto's lambda, the pull of personal models to the global.
+    ditto_personal_learning_rate: Ditto's personal SGD rate (None: the
+      client's).
+    ditto_personal_steps: Ditto's personal SGD steps a round (0: passes).
+    ditto_personal_epochs: Ditto's personal passes over the round data when
+      `ditto_personal_steps` is 0.
+    fedprox_mu: FedProx's proximal strength mu.
+    aggregator: the shared update's aggregator (`aggregators.names`).
+    clients_per_round: the aggregators' fixed capacity.
+    aggregator_num_adversaries: f of Krum / multi-Krum.
+    aggregator_trim_fraction: the trimmed mean's fraction per side.
+    aggregator_num_selected: multi-Krum's m (None: n - f).
+    aggregator_k: k-norm's k.
+    aggregator_clip_norm: norm clipping's C (None: adaptive).
+    aggregator_target_quantile: adaptive clipping's target quantile.
   """
 
   client_learning_rate: float = 0.02
@@ -33,6 +50,19 @@ class AlgorithmOptions:
   fedper_personal_layers: Optional[int] = None
   fedper_finetune_epochs: int = 0
   fedper_linear_base: bool = False
+  ditto_lambda: float = 0.1
+  ditto_personal_learning_rate: Optional[float] = None
+  ditto_personal_steps: int = 0
+  ditto_personal_epochs: int = 1
+  fedprox_mu: float = 0.01
+  aggregator: str = 'mean'
+  clients_per_round: int = 10
+  aggregator_num_adversaries: int = 0
+  aggregator_trim_fraction: float = 0.1
+  aggregator_num_selected: Optional[int] = None
+  aggregator_k: int = 1
+  aggregator_clip_norm: Optional[float] = None
+  aggregator_target_quantile: float = 0.5
 
 
 def build_algorithm(
@@ -40,17 +70,54 @@ def build_algorithm(
 ) -> 'process_lib.PersonalizedProcess':
   """Builds the algorithm `name` for `task`'s model."""
   # Imported here so that importing the registry stays cheap.
+  from tff_personal.aggregators import robust  # pylint: disable=g-import-not-at-top
+  from tff_personal.algorithms import ditto  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import fedper  # pylint: disable=g-import-not-at-top
+  from tff_personal.algorithms import fedprox  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import local  # pylint: disable=g-import-not-at-top
   from tff_personal.models import split  # pylint: disable=g-import-not-at-top
 
+  model_aggregator = None
+  if options.aggregator != 'mean':
+    model_aggregator = robust.build_aggregator(
+        options.aggregator,
+        clients_per_round=options.clients_per_round,
+        num_adversaries=options.aggregator_num_adversaries,
+        trim_fraction=options.aggregator_trim_fraction,
+        num_selected=options.aggregator_num_selected,
+        k=options.aggregator_k,
+        clip_norm=options.aggregator_clip_norm,
+        target_quantile=options.aggregator_target_quantile,
+    )
   if name == 'fedavg':
     return fedavg.build_fedavg(
         task.model,
         client_learning_rate=options.client_learning_rate,
         server_learning_rate=options.server_learning_rate,
         seed=options.seed,
+        model_aggregator=model_aggregator,
+    )
+  if name == 'fedprox':
+    return fedprox.build_fedprox(
+        task.model,
+        mu=options.fedprox_mu,
+        client_learning_rate=options.client_learning_rate,
+        server_learning_rate=options.server_learning_rate,
+        seed=options.seed,
+        model_aggregator=model_aggregator,
+    )
+  if name == 'ditto':
+    return ditto.build_ditto(
+        task.model,
+        ditto_lambda=options.ditto_lambda,
+        client_learning_rate=options.client_learning_rate,
+        personal_learning_rate=options.ditto_personal_learning_rate,
+        personal_steps=options.ditto_personal_steps,
+        personal_passes=options.ditto_personal_epochs,
+        server_learning_rate=options.server_learning_rate,
+        seed=options.seed,
+        model_aggregator=model_aggregator,
     )
   if name == 'local':
     return local.build_local(
@@ -70,6 +137,7 @@ def build_algorithm(
         server_learning_rate=options.server_learning_rate,
         finetune_passes=options.fedper_finetune_epochs,
         seed=options.seed,
+        model_aggregator=model_aggregator,
     )
   raise ValueError(
       f'Unknown algorithm {name!r}; allowed: {", ".join(ALGORITHM_NAMES)}.'

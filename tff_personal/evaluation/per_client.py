@@ -85,3 +85,17 @@ def build_per_client_evaluation(
     )
 
   return evaluate
+
+
+def build_global_model_evaluation(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+) -> tff.Computation:
+  """`evaluate` of algorithms without personal state (P = `<>`).
+
+  Every client evaluates the broadcast global model on its own data.
+  """
+  return build_per_client_evaluation(
+      model_fn,
+      personal_state_type=tff.StructType([]),
+      assemble_fn=lambda global_weights, personal_state: global_weights,
+  )

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from absl import flags
 
+from tff_personal.aggregators import names as aggregator_names
 from tff_personal.algorithms import registry as algorithm_registry
 from tff_personal.tasks import registry as task_registry
 
@@ -56,6 +57,59 @@ FEDPER_FINETUNE_EPOCHS = flags.DEFINE_integer(
 )
 FEDPER_LINEAR_BASE = flags.DEFINE_bool(
     'fedper_linear_base', False, 'FedPer ablation: the base is one linear layer.'
+)
+
+# Ditto (Li et al. 2021) and FedProx (Li et al. 2020).
+DITTO_LAMBDA = flags.DEFINE_float(
+    'ditto_lambda', 0.1, 'Ditto: pull of personal models to the global model.',
+    lower_bound=0.0,
+)
+DITTO_PERSONAL_LEARNING_RATE = flags.DEFINE_float(
+    'ditto_personal_learning_rate', None,
+    "Ditto: personal SGD learning rate; default: --client_learning_rate.",
+    lower_bound=0.0,
+)
+DITTO_PERSONAL_STEPS = flags.DEFINE_integer(
+    'ditto_personal_steps', 0,
+    'Ditto: personal SGD steps a round; 0: --ditto_personal_epochs passes.',
+    lower_bound=0,
+)
+DITTO_PERSONAL_EPOCHS = flags.DEFINE_integer(
+    'ditto_personal_epochs', 1,
+    'Ditto: personal passes over the round data (each --client_epochs epochs).',
+    lower_bound=1,
+)
+FEDPROX_MU = flags.DEFINE_float(
+    'fedprox_mu', 0.01, 'FedProx: proximal strength mu.', lower_bound=0.0
+)
+
+# Aggregation of the shared update (every algorithm with a global model).
+AGGREGATOR = flags.DEFINE_enum(
+    'aggregator', 'mean', aggregator_names.AGGREGATOR_NAMES,
+    'Aggregator of the clients\' shared updates.',
+)
+AGGREGATOR_NUM_ADVERSARIES = flags.DEFINE_integer(
+    'aggregator_num_adversaries', 0, 'Krum / multi-Krum: assumed adversaries f.',
+    lower_bound=0,
+)
+AGGREGATOR_TRIM_FRACTION = flags.DEFINE_float(
+    'aggregator_trim_fraction', 0.1, 'Trimmed mean: fraction dropped per side.',
+    lower_bound=0.0, upper_bound=0.49,
+)
+AGGREGATOR_NUM_SELECTED = flags.DEFINE_integer(
+    'aggregator_num_selected', None, 'Multi-Krum: updates averaged (default n - f).',
+    lower_bound=1,
+)
+AGGREGATOR_K = flags.DEFINE_integer(
+    'aggregator_k', 1, 'k-norm: largest-norm updates dropped.', lower_bound=0
+)
+AGGREGATOR_CLIP_NORM = flags.DEFINE_float(
+    'aggregator_clip_norm', None, 'Norm clipping: C; default: adaptive.',
+    lower_bound=0.0,
+)
+AGGREGATOR_TARGET_QUANTILE = flags.DEFINE_float(
+    'aggregator_target_quantile', 0.5, 'Adaptive norm clipping: target quantile.',
+    lower_bound=0.0, upper_bound=1.0,
 )
 
 # Evaluation, checkpoints and outputs.
@@ -120,7 +174,11 @@ _RUN_FLAGS = (
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
     CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
     STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH, FEDPER_PERSONAL_LAYERS,
-    FEDPER_FINETUNE_EPOCHS, FEDPER_LINEAR_BASE,
+    FEDPER_FINETUNE_EPOCHS, FEDPER_LINEAR_BASE, DITTO_LAMBDA,
+    DITTO_PERSONAL_LEARNING_RATE, DITTO_PERSONAL_STEPS, DITTO_PERSONAL_EPOCHS,
+    FEDPROX_MU, AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
+    AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
+    AGGREGATOR_TARGET_QUANTILE,
 )
 
 
@@ -179,6 +237,19 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       fedper_personal_layers=FEDPER_PERSONAL_LAYERS.value,
       fedper_finetune_epochs=FEDPER_FINETUNE_EPOCHS.value,
       fedper_linear_base=FEDPER_LINEAR_BASE.value,
+      ditto_lambda=DITTO_LAMBDA.value,
+      ditto_personal_learning_rate=DITTO_PERSONAL_LEARNING_RATE.value,
+      ditto_personal_steps=DITTO_PERSONAL_STEPS.value,
+      ditto_personal_epochs=DITTO_PERSONAL_EPOCHS.value,
+      fedprox_mu=FEDPROX_MU.value,
+      aggregator=AGGREGATOR.value,
+      clients_per_round=CLIENTS_PER_ROUND.value,
+      aggregator_num_adversaries=AGGREGATOR_NUM_ADVERSARIES.value,
+      aggregator_trim_fraction=AGGREGATOR_TRIM_FRACTION.value,
+      aggregator_num_selected=AGGREGATOR_NUM_SELECTED.value,
+      aggregator_k=AGGREGATOR_K.value,
+      aggregator_clip_norm=AGGREGATOR_CLIP_NORM.value,
+      aggregator_target_quantile=AGGREGATOR_TARGET_QUANTILE.value,
   )
 
 
@@ -276,8 +347,35 @@ def build_task(check_sampling: bool = True):
   return task
 
 
+def _check_aggregator_flags() -> None:
+  name, clients = AGGREGATOR.value, CLIENTS_PER_ROUND.value
+  if name == 'mean':
+    return
+  if ALGORITHM.value not in algorithm_registry.AGGREGATING_ALGORITHMS:
+    raise UsageError(
+        f'--aggregator={name}: --algorithm={ALGORITHM.value} aggregates no'
+        ' update; allowed with: '
+        + ', '.join(algorithm_registry.AGGREGATING_ALGORITHMS) + '.'
+    )
+  adversaries = AGGREGATOR_NUM_ADVERSARIES.value
+  if name in ('krum', 'multi_krum') and clients <= 2 * adversaries + 2:
+    raise UsageError(
+        f'--aggregator={name} needs --clients_per_round > 2 *'
+        f' --aggregator_num_adversaries + 2 = {2 * adversaries + 2}, got'
+        f' --clients_per_round={clients}.'
+    )
+  if name == 'k_norm' and AGGREGATOR_K.value >= clients:
+    raise UsageError(
+        f'--aggregator_k={AGGREGATOR_K.value} must be below'
+        f' --clients_per_round={clients} (k-norm drops k updates).'
+    )
+  if name == 'norm_clip' and AGGREGATOR_CLIP_NORM.value == 0.0:
+    raise UsageError('--aggregator_clip_norm must be > 0 (or unset: adaptive).')
+
+
 def build_algorithm(task):
   """The process of --algorithm for `task`; bad algorithm flags -> UsageError."""
+  _check_aggregator_flags()
   if ALGORITHM.value == 'fedper':
     num_blocks = len(task.model.blocks)
     personal_blocks = FEDPER_PERSONAL_LAYERS.value
