@@ -90,11 +90,8 @@ def build_client_update(
     update = tf.nest.map_structure(
         tf.subtract, global_weights.trainable, variables.trainable
     )
-    finite = tf.logical_and(
-        client_training.all_finite(update), client_training.all_finite(new_personal)
-    )
     return shared_model.client_result(
-        update, num_examples, new_personal, personal_weights, model, finite
+        update, num_examples, new_personal, personal_weights, model
     )
 
   return client_update

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_personal.algorithms import client_training
 from tff_personal.evaluation import per_client
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
@@ -39,11 +40,14 @@ def weights_type(weights: ModelWeights) -> tff.Type:
   return process_lib.constant_computation(weights).type_signature.result
 
 
-def client_result(update, num_examples, new_personal, old_personal, model, finite):
+def client_result(update, num_examples, new_personal, old_personal, model):
   """The `client_update` result; a non-finite client sends nothing, keeps P.
 
   Call inside the client's `tf.function`.
   """
+  finite = tf.logical_and(
+      client_training.all_finite(update), client_training.all_finite(new_personal)
+  )
   if not finite:
     model.reset_metrics()
   return collections.OrderedDict(
