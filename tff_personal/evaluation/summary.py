@@ -13,15 +13,21 @@ import numpy as np
 
 
 def summarize(values: Sequence[float], prefix: str) -> collections.OrderedDict:
-  """Mean, std, min, 10th percentile, median and max of per-client values."""
+  """Mean, std, min, 10th percentile, worst-10% mean, median and max.
+
+  The worst-10% mean averages the lowest ceil(10% of n) values (Ditto's
+  "worst 10%" fairness measure for accuracies).
+  """
   values = np.asarray(values, dtype=np.float64)
   if values.size == 0:
     return collections.OrderedDict()
+  worst = np.sort(values)[: int(np.ceil(0.1 * values.size))]
   return collections.OrderedDict([
       (f'{prefix}_mean', float(np.mean(values))),
       (f'{prefix}_std', float(np.std(values))),
       (f'{prefix}_min', float(np.min(values))),
       (f'{prefix}_p10', float(np.percentile(values, 10))),
+      (f'{prefix}_worst10_mean', float(np.mean(worst))),
       (f'{prefix}_median', float(np.median(values))),
       (f'{prefix}_max', float(np.max(values))),
   ])
