@@ -306,7 +306,9 @@ def test_fedper_with_the_median_aggregator():
   base = process.get_model_weights(state).trainable
   clients = [client_batches(1, [3, 2]), client_batches(2, [4]), client_batches(3, [5])]
   personal = [process.initial_personal_state(f'c{i}', None) for i in range(3)]
-  output = process.next(state, [batches_dataset(b) for b in clients], personal)
+  output = process.next(
+      state, [process.client_input(batches_dataset(b)) for b in clients], personal
+  )
 
   trained = [
       numpy_reference.mlp_sgd([*base, *p.trainable], batches, learning_rate)

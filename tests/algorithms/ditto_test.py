@@ -7,7 +7,7 @@ import tensorflow_federated as tff
 
 from tests import test_utils
 from tests.algorithms import numpy_reference
-from tests.algorithms.fedavg_test import batches_dataset, client_batches
+from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import ditto
 from tff_personal.algorithms import fedavg
 from tff_personal.personal import process as process_lib
@@ -47,7 +47,7 @@ def test_one_round_exact_numbers(ditto_lambda):
   w = process.get_model_weights(state).trainable
   start = personal(0.4, -0.2)
   batches = client_batches(5, [2, 3])  # 3 steps: both batches, then the first again.
-  output = process.next(state, [batches_dataset(batches)], [start])
+  output = run_next(process, state, [batches_dataset(batches)], [start])
   expected_v = numpy_proximal_steps(
       start.trainable, w, batches + batches[:1], 0.05, ditto_lambda
   )
@@ -63,7 +63,7 @@ def test_zero_lambda_is_local_training_of_the_personal_model():
   state = process.initialize()
   start = personal(0.4, -0.2)
   batches = client_batches(6, [3, 3])
-  output = process.next(state, [batches_dataset(batches)], [start])
+  output = run_next(process, state, [batches_dataset(batches)], [start])
   kernel, bias = numpy_reference.sgd(*start.trainable, batches, LEARNING_RATE)
   np.testing.assert_allclose(output.personal_states[0].trainable[0], kernel, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(output.personal_states[0].trainable[1], bias, rtol=1e-5, atol=1e-6)
@@ -75,7 +75,7 @@ def test_large_lambda_holds_the_personal_model_at_the_global_model():
     process = build(ditto_lambda, personal_steps=4)
     state = process.initialize()
     w = process.get_model_weights(state).trainable
-    output = process.next(
+    output = run_next(process,
         state, [batches_dataset(client_batches(7, [4, 4]))], [personal(2.0, 2.0)]
     )
     v = output.personal_states[0].trainable
@@ -90,10 +90,10 @@ def test_global_model_is_fedavgs():
   data = [batches_dataset(client_batches(i, [3, 2])) for i in range(3)]
   fedavg_process = fedavg.build_fedavg(MODEL, client_learning_rate=LEARNING_RATE, seed=8)
   ditto_process = build(0.5)
-  fedavg_state = fedavg_process.next(
+  fedavg_state = run_next(fedavg_process,
       fedavg_process.initialize(), data, process_lib.empty_personal_states(3)
   ).state
-  ditto_state = ditto_process.next(
+  ditto_state = run_next(ditto_process,
       ditto_process.initialize(), data, [personal(0.1 * i, 0.0) for i in range(3)]
   ).state
   for a, b in zip(

@@ -22,6 +22,13 @@ def batches_dataset(batches):
   return dataset
 
 
+def run_next(process, state, datasets, personal_states):
+  """`process.next` with each dataset as the client's (honest) input."""
+  return process.next(
+      state, [process.client_input(d) for d in datasets], personal_states
+  )
+
+
 def client_batches(seed, sizes):
   rng = np.random.default_rng(seed)
   return [
@@ -39,7 +46,9 @@ def process():
 
 def test_type_signature(process):
   signature = process.next.type_signature
-  assert str(signature.parameter[1]) == '{<float32[?,2],int32[?]>*}@CLIENTS'
+  assert str(signature.parameter[1]) == (
+      '{<data=<float32[?,2],int32[?]>*,role=int32,seed=int64>}@CLIENTS'
+  )
   assert str(signature.parameter[2]) == '{<>}@CLIENTS'
   assert str(signature.result[1]) == '{<>}@CLIENTS'
   assert signature.result[0].placement is tff.SERVER
@@ -62,7 +71,7 @@ def test_one_round_is_the_example_weighted_mean_of_client_sgd(process):
   kernel, bias = process.get_model_weights(state).trainable
   clients = [client_batches(1, [3, 2]), client_batches(2, [4])]  # 5 and 4 examples.
 
-  output = process.next(
+  output = run_next(process,
       state, [batches_dataset(b) for b in clients], process_lib.empty_personal_states(2)
   )
 
@@ -95,3 +104,46 @@ def test_evaluate_gives_each_client_the_global_model_metrics(process):
         metrics['sparse_categorical_accuracy'],
         numpy_reference.accuracy(kernel, bias, x, y),
     )
+
+
+def test_equals_tffs_build_weighted_fed_avg_for_three_rounds(process):
+  tff_process = tff.learning.algorithms.build_weighted_fed_avg(
+      test_utils.tiny_model_spec().tff_model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+  )
+  ours = process.initialize()
+  theirs = tff_process.set_model_weights(
+      tff_process.initialize(), process.get_model_weights(ours)
+  )
+  for round_num in range(3):
+    data = [batches_dataset(client_batches(10 * round_num + i, [4, 3])) for i in range(3)]
+    ours = run_next(process, ours, data, process_lib.empty_personal_states(3)).state
+    theirs = tff_process.next(theirs, data).state
+    for a, b in zip(
+        tf.nest.flatten(process.get_model_weights(ours)),
+        tf.nest.flatten(tff_process.get_model_weights(theirs)),
+    ):
+      np.testing.assert_array_equal(a, b)
+
+
+def test_model_replacement_client_sends_its_boosted_update():
+  process = fedavg.build_fedavg(
+      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE, seed=11,
+      attack_boost=5.0,
+  )
+  state = process.initialize()
+  kernel, bias = process.get_model_weights(state).trainable
+  clients = [client_batches(1, [3, 2]), client_batches(2, [4])]  # 5 and 4 examples.
+  inputs = [
+      process.client_input(batches_dataset(clients[0])),
+      process.client_input(batches_dataset(clients[1]), role=2, seed=1),  # A3.
+  ]
+  output = process.next(state, inputs, process_lib.empty_personal_states(2))
+  trained = [numpy_reference.sgd(kernel, bias, b, LEARNING_RATE) for b in clients]
+  # Deltas w - w_k; the attacker's is boosted 5x, weights stay 5 and 4.
+  delta_kernel = (5 * (kernel - trained[0][0]) + 4 * 5.0 * (kernel - trained[1][0])) / 9
+  np.testing.assert_allclose(
+      process.get_model_weights(output.state).trainable[0], kernel - delta_kernel,
+      rtol=1e-5, atol=1e-5,
+  )

@@ -7,7 +7,7 @@ import tensorflow_federated as tff
 
 from tests import test_utils
 from tests.algorithms import numpy_reference
-from tests.algorithms.fedavg_test import batches_dataset, client_batches
+from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import fedavg
 from tff_personal.algorithms import fedper
 from tff_personal.personal import process as process_lib
@@ -64,8 +64,8 @@ def test_canary_personal_weights_never_reach_the_server(process):
   normal = [personal(0.1, 0.0), personal(-0.2, 0.1), personal(0.3, 0.3)]
   canary = normal[:2] + [personal(1e30, -1e30)]
 
-  without = process.next(state, data, normal)
-  with_canary = process.next(state, data, canary)
+  without = run_next(process, state, data, normal)
+  with_canary = run_next(process, state, data, canary)
   for a, b in zip(tf.nest.flatten(without.state), tf.nest.flatten(with_canary.state)):
     np.testing.assert_array_equal(a, b)
   for a, b in zip(tf.nest.flatten(without.metrics), tf.nest.flatten(with_canary.metrics)):
@@ -84,7 +84,7 @@ def test_one_round_exact_numbers(finetune_passes):
   w1, b1 = process.get_model_weights(state).trainable
   starts = [personal(0.1, 0.0), personal(-0.2, 0.1)]
   clients = [client_batches(1, [3, 2]), client_batches(2, [4])]  # 5 and 4 examples.
-  output = process.next(state, [batches_dataset(b) for b in clients], starts)
+  output = run_next(process, state, [batches_dataset(b) for b in clients], starts)
 
   trained = []
   for start, batches in zip(starts, clients):
@@ -136,8 +136,8 @@ def test_with_no_personal_layers_fedper_is_fedavg_for_three_rounds():
   empty = fedper_process.initial_personal_state('x', None)
   for round_num in range(3):
     data = [batches_dataset(client_batches(10 * round_num + i, [4, 3])) for i in range(3)]
-    fedper_state = fedper_process.next(fedper_state, data, [empty] * 3).state
-    fedavg_state = fedavg_process.next(
+    fedper_state = run_next(fedper_process, fedper_state, data, [empty] * 3).state
+    fedavg_state = run_next(fedavg_process,
         fedavg_state, data, process_lib.empty_personal_states(3)
     ).state
     for a, b in zip(
@@ -151,6 +151,6 @@ def test_non_finite_client_keeps_its_layers_and_is_counted(process):
   state = process.initialize()
   poisoned = batches_dataset([(np.full((2, 2), np.inf, np.float32), np.zeros(2, np.int32))])
   start = personal(0.1, 0.0)
-  output = process.next(state, [poisoned], [start])
+  output = run_next(process, state, [poisoned], [start])
   assert output.metrics['non_finite_clients'] == 1
   np.testing.assert_array_equal(output.personal_states[0].trainable[0], start.trainable[0])

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tests import test_utils
 from tests.algorithms import numpy_reference
-from tests.algorithms.fedavg_test import batches_dataset, client_batches
+from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import local
 
 LEARNING_RATE = 0.1
@@ -44,7 +44,7 @@ def test_each_client_runs_sgd_on_its_own_model(process):
   state = process.initialize()
   starts = [personal(0.5, -0.1), personal(-0.3, 0.2)]
   clients = [client_batches(1, [3, 2]), client_batches(2, [4])]
-  output = process.next(
+  output = run_next(process,
       state,
       [batches_dataset(b) for b in clients],
       [as_model_weights(*s) for s in starts],
@@ -65,8 +65,8 @@ def test_each_client_runs_sgd_on_its_own_model(process):
 def test_a_client_is_not_influenced_by_the_others(process):
   state = process.initialize()
   first = [personal(0.5, -0.1)], [client_batches(1, [3])]
-  alone = process.next(state, [batches_dataset(first[1][0])], [as_model_weights(*first[0][0])])
-  together = process.next(
+  alone = run_next(process, state, [batches_dataset(first[1][0])], [as_model_weights(*first[0][0])])
+  together = run_next(process,
       state,
       [batches_dataset(first[1][0]), batches_dataset(client_batches(9, [7]))],
       [as_model_weights(*first[0][0]), as_model_weights(*personal(3.0, 3.0))],
@@ -106,8 +106,8 @@ def test_canary_personal_model_never_reaches_the_server(process):
   data = [batches_dataset(b) for b in clients] + [batches_dataset(client_batches(0, [1])).take(0)]
   normal = [as_model_weights(*personal(v, 0.0)) for v in (0.1, 0.2, 0.3)]
   canary = normal[:2] + [as_model_weights(*personal(1e30, -1e30))]
-  without = process.next(state, data, normal)
-  with_canary = process.next(state, data, canary)
+  without = run_next(process, state, data, normal)
+  with_canary = run_next(process, state, data, canary)
   for a, b in zip(
       tf.nest.flatten([without.state, without.metrics]),
       tf.nest.flatten([with_canary.state, with_canary.metrics]),

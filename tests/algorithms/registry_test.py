@@ -24,7 +24,7 @@ def test_robust_aggregator_runs_a_round(algorithm, aggregator):
   weights = process.get_model_weights(state)
   data = [TASK.train_dataset(c, epochs=1, batch_size=4, seed=1) for c in TASK.client_ids]
   personal = [process.initial_personal_state(c, weights) for c in TASK.client_ids]
-  output = process.next(state, data, personal)
+  output = process.next(state, [process.client_input(d) for d in data], personal)
   assert output.metrics['aggregator']['clients'] == 3
   moved = process.get_model_weights(output.state)
   assert not np.array_equal(tf.nest.flatten(weights)[0], tf.nest.flatten(moved)[0])

@@ -6,17 +6,31 @@ loads the exported computations, runs `run_rounds` on the pickled inputs and
 pickles the results.
 """
 
+import collections
 import os
 import pickle
 import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+
+def client_inputs(next_computation, datasets):
+  """Honest client inputs for `next`: datasets, or <data, role=0, seed=0>."""
+  input_type = next_computation.type_signature.parameter[1].member
+  if isinstance(input_type, tff.StructType) and 'data' in tff.structure.name_list(input_type):
+    return [
+        collections.OrderedDict(data=d, role=np.int32(0), seed=np.int64(0))
+        for d in datasets
+    ]
+  return datasets
 
 
 def run_rounds(computations, train_data, test_data, initial_personal_states, rounds=2):
   """initialize, `rounds` x next, then evaluate; returns everything produced."""
+  train_data = client_inputs(computations['next'], train_data)
   state = computations['initialize']()
   personal_states = initial_personal_states
   results = {'initial_weights': computations['get_model_weights'](state)}

@@ -135,3 +135,32 @@ def test_diverging_round_is_an_error_and_keeps_the_checkpoint(algorithm, tmp_pat
     )
   assert checkpoints.CheckpointManager(experiment.checkpoint_dir).latest_round() == 2
   assert [r['round'] for r in outputs.RoundCsv(experiment.metrics_path).read()] == ['1', '2']
+
+
+@pytest.mark.parametrize(
+    'algorithm, attack', [('fedavg', 'model_replacement'), ('fedper', 'label_poison')]
+)
+def test_attacked_run_reports_benign_and_adversary_clients_apart(algorithm, attack, tmp_path):
+  config = training_loop.TrainingConfig(
+      **{**CONFIG.__dict__, 'total_rounds': 2, 'attack': attack, 'attack_fraction': 0.34}
+  )
+  summary = training_loop.run_training(
+      TASK, process_for(algorithm), config, outputs.ExperimentDir(str(tmp_path), 'run'),
+      run_config={'attack': attack},
+  )
+  assert summary['num_adversaries'] == 2  # round(0.34 * 6).
+  final = summary['final_eval']
+  assert final['eval/num_clients'] == 4 and final['eval/adversary_num_clients'] == 2
+  rows = outputs.RoundCsv(outputs.ExperimentDir(str(tmp_path), 'run').eval_path).read()
+  assert sorted(r['adversary'] for r in rows) == ['0'] * 4 + ['1'] * 2
+
+
+def test_update_attacks_need_a_client_role(tmp_path):
+  config = training_loop.TrainingConfig(
+      **{**CONFIG.__dict__, 'attack': 'random_update', 'attack_fraction': 0.5}
+  )
+  with pytest.raises(ValueError, match='cannot simulate the random_update attack'):
+    training_loop.run_training(
+        TASK, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), 'run'),
+        run_config={},
+    )

@@ -27,12 +27,17 @@ def sgd_pass(
   def step(num_examples, batch):
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch, training=True)
-    gradients = tape.gradient(output.loss, variables)
+    gradients = dense_gradients(tape.gradient(output.loss, variables))
     for variable, gradient in zip(variables, gradients):
       variable.assign(variable - learning_rate * gradient)
     return num_examples + tf.cast(output.num_examples, tf.int64)
 
   return dataset.reduce(tf.constant(0, tf.int64), step)
+
+
+def dense_gradients(gradients):
+  """Embedding gradients (`tf.IndexedSlices`) as dense tensors, as TFF's optimizers do."""
+  return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients]
 
 
 def all_finite(structure) -> tf.Tensor:

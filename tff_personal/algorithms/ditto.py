@@ -47,7 +47,7 @@ def proximal_sgd(model, dataset, variables, anchor, learning_rate, ditto_lambda)
   def step(num_examples, batch):
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch, training=True)
-    gradients = tape.gradient(output.loss, variables)
+    gradients = client_training.dense_gradients(tape.gradient(output.loss, variables))
     for variable, gradient, center in zip(variables, gradients, anchor):
       variable.assign(
           variable - learning_rate * (gradient + ditto_lambda * (variable - center))
@@ -108,6 +108,7 @@ def build_ditto(
     server_learning_rate: float = 1.0,
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    attack_boost: float = 1.0,
 ) -> process_lib.PersonalizedProcess:
   """Builds Ditto; see the module docstring.
 
@@ -122,6 +123,7 @@ def build_ditto(
     seed: seeds the initial global model.
     model_aggregator: weighted aggregation of the global updates (default:
       mean; pass a robust factory for "Ditto + robust aggregation").
+    attack_boost: the model-replacement attackers' factor.
   """
   if ditto_lambda < 0:
     raise ValueError(f'ditto_lambda must be >= 0, got {ditto_lambda}.')
@@ -147,4 +149,5 @@ def build_ditto(
       initial_personal_state_fn=lambda client_id, global_weights: global_weights,
       server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
+      attack_boost=attack_boost,
   )

@@ -1,28 +1,56 @@
-"""Federated Averaging (McMahan et al., AISTATS 2017), TFF's own implementation.
+"""Federated Averaging (McMahan et al., AISTATS 2017).
 
-The process is `tff.learning.algorithms.build_weighted_fed_avg` (clients run
-SGD for the local epochs of their dataset, the server averages the model
-deltas weighted by the clients' example counts n_j / sum n and applies them
-with its optimizer), seen as a `PersonalizedProcess` with no personal state:
+Clients run SGD from the broadcast model w over their round data (the task's
+`client_epochs` epochs); the server averages the deltas w - w_k with weights
+n_k / sum n (or a robust aggregator) and applies them with its SGD. No
+personal state:
 
-  initialize: ( -> S@SERVER)
-  next: (<S@SERVER, {D*}@CLIENTS, {<>}@CLIENTS> -> <S@SERVER, {<>}@CLIENTS, M@SERVER>)
+  initialize: ( -> <global_model_weights=W, aggregator, finalizer>@SERVER)
+  next: (<S@SERVER, {<data=D*,role,seed>}@CLIENTS, {<>}@CLIENTS>
+         -> <S@SERVER, {<>}@CLIENTS, M@SERVER>)
   evaluate: (<W@SERVER, {D*}@CLIENTS, {<>}@CLIENTS> -> {E}@CLIENTS)
     every client evaluates the global model W on its own data.
 
-Non-finite updates: TFF gives a client whose update is not finite a zero
-weight, and its finalizer rejects a non-finite aggregate
-(`finalizer/update_non_finite`); the training program stops with an error in
-that case, before writing anything of the round.
+It is built on `shared_model.build_process` (the orchestration FedPer and
+Ditto share), whose client computation takes an attack role and reports
+non-finite clients; numerically it is TFF's
+`tff.learning.algorithms.build_weighted_fed_avg` with SGD: a test checks the
+two bit for bit over three rounds.
 """
 
+import collections
 from typing import Optional
 
+import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.evaluation import per_client
+from tff_personal.algorithms import client_training
+from tff_personal.algorithms import shared_model
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
+
+ModelWeights = tff.learning.models.ModelWeights
+
+
+def build_client_update(model_fn, learning_rate):
+  """SGD from the broadcast model over the round data, as a `tf.function`."""
+  model = model_fn()
+  variables = ModelWeights.from_model(model)
+
+  @tf.function
+  def client_update(global_weights, personal_state, dataset):
+    del personal_state  # Empty: FedAvg keeps nothing on clients.
+    tf.nest.map_structure(lambda v, w: v.assign(w), variables, global_weights)
+    num_examples = client_training.sgd_pass(
+        model, dataset, variables.trainable, learning_rate
+    )
+    update = tf.nest.map_structure(
+        tf.subtract, global_weights.trainable, variables.trainable
+    )
+    nothing = collections.OrderedDict()
+    return shared_model.client_result(update, num_examples, nothing, nothing, model)
+
+  return client_update
 
 
 def build_fedavg(
@@ -32,6 +60,7 @@ def build_fedavg(
     server_learning_rate: float = 1.0,
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    attack_boost: float = 1.0,
 ) -> process_lib.PersonalizedProcess:
   """Builds FedAvg with client and server SGD; see the module docstring.
 
@@ -42,15 +71,16 @@ def build_fedavg(
       delta (1.0 is plain averaging).
     seed: seeds the initial model weights.
     model_aggregator: aggregation of the model deltas (default: weighted mean).
+    attack_boost: the model-replacement attackers' factor.
   """
-  learning_process = tff.learning.algorithms.build_weighted_fed_avg(
-      model.tff_model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(client_learning_rate),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_learning_rate),
+  return shared_model.build_process(
+      model,
+      initial_shared_weights=model.initial_weights(seed),
+      personal_type=tff.StructType([]),
+      client_update_fn=lambda: build_client_update(model.tff_model_fn, client_learning_rate),
+      assemble_fn=lambda global_weights, personal_state: global_weights,
+      initial_personal_state_fn=lambda client_id, weights: collections.OrderedDict(),
+      server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
-  )
-  return process_lib.from_learning_process(
-      learning_process,
-      model.initial_weights(seed),
-      per_client.build_global_model_evaluation(model.tff_model_fn),
+      attack_boost=attack_boost,
   )

@@ -87,6 +87,7 @@ def build_fedper(
     finetune_passes: int = 0,
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    attack_boost: float = 1.0,
 ) -> process_lib.PersonalizedProcess:
   """Builds FedPer; see the module docstring.
 
@@ -100,6 +101,7 @@ def build_fedper(
     seed: seeds the initial base weights and, with each client id, that
       client's first personal layers.
     model_aggregator: weighted aggregation of the base deltas (default: mean).
+    attack_boost: the model-replacement attackers' factor.
   """
   split = split_lib.PersonalSplit.of(model, personal_blocks)
   initial_weights = model.initial_weights(seed)
@@ -119,4 +121,5 @@ def build_fedper(
       initial_personal_state_fn=initial_personal_state,
       server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
+      attack_boost=attack_boost,
   )

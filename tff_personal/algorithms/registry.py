@@ -8,6 +8,8 @@ if TYPE_CHECKING:  # The registry itself imports no TensorFlow (fast flag checks
   from tff_personal.tasks import base
 
 ALGORITHM_NAMES = ('fedavg', 'local', 'fedper', 'ditto', 'fedprox')
+# Algorithms whose client computation takes an attack role (update attacks).
+ROLE_ALGORITHMS = ('fedavg', 'fedper', 'ditto')
 # Algorithms whose shared update goes through `--aggregator`.
 AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox')
 
@@ -42,6 +44,8 @@ class AlgorithmOptions:
     aggregator_k: k-norm's k.
     aggregator_clip_norm: norm clipping's C (None: adaptive).
     aggregator_target_quantile: adaptive clipping's target quantile.
+    attack_boost: model-replacement attackers' factor (None: clients per
+      round).
   """
 
   client_learning_rate: float = 0.02
@@ -63,6 +67,7 @@ class AlgorithmOptions:
   aggregator_k: int = 1
   aggregator_clip_norm: Optional[float] = None
   aggregator_target_quantile: float = 0.5
+  attack_boost: Optional[float] = None
 
 
 def build_algorithm(
@@ -78,6 +83,9 @@ def build_algorithm(
   from tff_personal.algorithms import local  # pylint: disable=g-import-not-at-top
   from tff_personal.models import split  # pylint: disable=g-import-not-at-top
 
+  attack_boost = options.attack_boost
+  if attack_boost is None:
+    attack_boost = float(options.clients_per_round)
   model_aggregator = None
   if options.aggregator != 'mean':
     model_aggregator = robust.build_aggregator(
@@ -97,6 +105,7 @@ def build_algorithm(
         server_learning_rate=options.server_learning_rate,
         seed=options.seed,
         model_aggregator=model_aggregator,
+        attack_boost=attack_boost,
     )
   if name == 'fedprox':
     return fedprox.build_fedprox(
@@ -118,6 +127,7 @@ def build_algorithm(
         server_learning_rate=options.server_learning_rate,
         seed=options.seed,
         model_aggregator=model_aggregator,
+        attack_boost=attack_boost,
     )
   if name == 'local':
     return local.build_local(
@@ -138,6 +148,7 @@ def build_algorithm(
         finetune_passes=options.fedper_finetune_epochs,
         seed=options.seed,
         model_aggregator=model_aggregator,
+        attack_boost=attack_boost,
     )
   raise ValueError(
       f'Unknown algorithm {name!r}; allowed: {", ".join(ALGORITHM_NAMES)}.'

@@ -4,16 +4,20 @@ FedPer and Ditto (and LINDT, APFL later) differ only in what a client does;
 the rest is FedAvg's composition (McMahan et al. 2017), written once here:
 
   1. broadcast the shared weights W to the round's clients;
-  2. each client runs `client_update(W, P, D)` and returns
-     <update = W - W' (its shared delta), update_weight (n_j, 0 if non-finite),
-      personal_state = P', model_output (unfinalized metrics), non_finite>;
+  2. each client, given <data=D*, role, seed>, runs `client_update(W, P, D)`
+     and returns <update = W - W' (its shared delta), update_weight (n_j, 0
+     if non-finite), personal_state = P', model_output (unfinalized
+     metrics), non_finite>; its role then selects the update it sends
+     (`attacks.update_attacks`: honest, random noise, or boosted), so honest
+     and malicious clients run this one computation;
   3. aggregate the updates with a weighted `tff.aggregators` factory (mean
      by default, or a robust one);
   4. apply the aggregate with the server's SGD (TFF's apply-optimizer
      finalizer, which also rejects a non-finite aggregate).
 
   initialize: ( -> <global_model_weights=W, aggregator, finalizer>@SERVER)
-  next: (<S@SERVER, {D*}@CLIENTS, {P}@CLIENTS> -> <S@SERVER, {P}@CLIENTS, M@SERVER>)
+  next: (<S@SERVER, {<data=D*,role=int32,seed=int64>}@CLIENTS, {P}@CLIENTS>
+         -> <S@SERVER, {P}@CLIENTS, M@SERVER>)
   M = <client_work=<train=...>, aggregator, finalizer, non_finite_clients>
 
 Only `update` and the metrics leave the clients; `personal_state` stays at
@@ -28,6 +32,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
+from tff_personal.attacks import update_attacks
 from tff_personal.evaluation import per_client
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
@@ -71,6 +76,7 @@ def build_process(
     initial_personal_state_fn: process_lib.InitialPersonalStateFn,
     server_learning_rate: float,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    attack_boost: float = 1.0,
 ) -> process_lib.PersonalizedProcess:
   """The `PersonalizedProcess` of the module docstring.
 
@@ -84,6 +90,7 @@ def build_process(
     initial_personal_state_fn: P of a client seen for the first time.
     server_learning_rate: the server SGD's learning rate (1.0: averaging).
     model_aggregator: weighted aggregation of the updates (default: mean).
+    attack_boost: the factor of the model-replacement role's update.
   """
   shared_type = weights_type(initial_shared_weights)
   with tf.Graph().as_default():
@@ -93,9 +100,18 @@ def build_process(
         keras_model.metric_finalizers()
     )
 
-  @tff.tensorflow.computation(shared_type, personal_type, data_type)
-  def client_update(shared_weights, personal_state, dataset):
-    return client_update_fn()(shared_weights, personal_state, dataset)
+  input_type = tff.StructWithPythonType(
+      [('data', data_type), ('role', np.int32), ('seed', np.int64)],
+      collections.OrderedDict,
+  )
+
+  @tff.tensorflow.computation(shared_type, personal_type, input_type)
+  def client_update(shared_weights, personal_state, client_input):
+    result = client_update_fn()(shared_weights, personal_state, client_input['data'])
+    result['update'] = update_attacks.attacked_update(
+        result['update'], client_input['role'], client_input['seed'], attack_boost
+    )
+    return result
 
   aggregation = (model_aggregator or tff.aggregators.MeanFactory()).create(
       shared_type.trainable, tff.TensorType(np.float32)
@@ -119,7 +135,7 @@ def build_process(
 
   @tff.federated_computation(
       state_type,
-      tff.FederatedType(data_type, tff.CLIENTS),
+      tff.FederatedType(input_type, tff.CLIENTS),
       tff.FederatedType(personal_type, tff.CLIENTS),
   )
   def next_fn(state, client_data, personal_states):
@@ -162,6 +178,14 @@ def build_process(
       assemble_fn=assemble_fn,
       shared_weights_type=shared_type,
   )
+  def client_input(dataset, role, seed):
+    return collections.OrderedDict(data=dataset, role=np.int32(role), seed=np.int64(seed))
+
   return process_lib.PersonalizedProcess(
-      initialize_fn, next_fn, get_model_weights, evaluate, initial_personal_state_fn
+      initialize_fn,
+      next_fn,
+      get_model_weights,
+      evaluate,
+      initial_personal_state_fn,
+      client_input_fn=client_input,
   )

@@ -6,7 +6,7 @@ LINDT, APFL and Local all need that, so every algorithm of tff_personal is a
 `PersonalizedProcess` (in the spirit of TFF's `examples/stateful_clients`):
 
   initialize: ( -> S@SERVER)
-  next: (<state=S@SERVER, client_data={D*}@CLIENTS, personal_states={P}@CLIENTS>
+  next: (<state=S@SERVER, client_data={C}@CLIENTS, personal_states={P}@CLIENTS>
          -> <state=S@SERVER, personal_states={P}@CLIENTS, metrics=M@SERVER>)
   get_model_weights: (S -> W)  the shared (global) model weights in the state
   evaluate: (<model_weights=W@SERVER, client_data={D*}@CLIENTS,
@@ -14,19 +14,23 @@ LINDT, APFL and Local all need that, so every algorithm of tff_personal is a
      each client's metrics of its own model (shared part + its personal part)
      on its own data, left at CLIENTS (the program reads them per client).
 
+C, a client's input, is its dataset D* or, for processes that simulate
+update attacks, <data=D*, role, seed> (`client_input` builds it).
+
 Personal states P appear only at CLIENTS: `check_personal_states_stay_at_clients`
 verifies the placements on the type signatures for every process. Algorithms
 without personal state (FedAvg) use the empty struct `<>` for P.
 """
 
 import collections
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 
 InitialPersonalStateFn = Callable[[str, Any], Any]
+ClientInputFn = Callable[[Any, int, int], Any]
 
 
 class PersonalizedProcessOutput(NamedTuple):
@@ -50,6 +54,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
       get_model_weights: tff.Computation,
       evaluate_fn: tff.Computation,
       initial_personal_state_fn: InitialPersonalStateFn,
+      client_input_fn: Optional[ClientInputFn] = None,
   ):
     """Builds the process from its computations.
 
@@ -61,11 +66,14 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
       initial_personal_state_fn: `(client_id, W) -> P` in NumPy, the state of
         a client seen for the first time (given the current shared weights W);
         runs in the program, like the client's own set-up would on a device.
+      client_input_fn: `(dataset, role, seed) -> ` a client's `next` input;
+        None: the dataset alone (the process takes no attack role).
     """
     super().__init__(initialize_fn, next_fn)
     self._get_model_weights = get_model_weights
     self._evaluate = evaluate_fn
     self._initial_personal_state_fn = initial_personal_state_fn
+    self._client_input_fn = client_input_fn
     parameter = next_fn.type_signature.parameter
     if len(parameter) != 3:
       raise TypeError(
@@ -90,6 +98,17 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
   def initial_personal_state(self, client_id: str, model_weights: Any) -> Any:
     """The personal state P of a client seen for the first time."""
     return self._initial_personal_state_fn(client_id, model_weights)
+
+  @property
+  def takes_client_roles(self) -> bool:
+    """Whether `next` takes each client's attack role (update attacks)."""
+    return self._client_input_fn is not None
+
+  def client_input(self, dataset, role: int = 0, seed: int = 0) -> Any:
+    """A client's input to `next`: its dataset and, if taken, its role."""
+    if self._client_input_fn is None:
+      return dataset
+    return self._client_input_fn(dataset, role, seed)
 
   @property
   def get_model_weights(self) -> tff.Computation:

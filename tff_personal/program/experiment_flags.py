@@ -16,6 +16,7 @@ from absl import flags
 
 from tff_personal.aggregators import names as aggregator_names
 from tff_personal.algorithms import registry as algorithm_registry
+from tff_personal.attacks import roles as attack_roles
 from tff_personal.tasks import registry as task_registry
 
 # What is trained.
@@ -112,6 +113,24 @@ AGGREGATOR_TARGET_QUANTILE = flags.DEFINE_float(
     lower_bound=0.0, upper_bound=1.0,
 )
 
+# Simulated malicious clients (Ditto's threat model).
+ATTACK = flags.DEFINE_enum(
+    'attack', 'none', attack_roles.ATTACK_NAMES,
+    'label_poison (A1), random_update (A2) or model_replacement (A3).',
+)
+ATTACK_FRACTION = flags.DEFINE_float(
+    'attack_fraction', 0.0, 'Share of the population that is malicious, in [0, 1).'
+)
+flags.register_validator(
+    'attack_fraction', lambda value: 0.0 <= value < 1.0,
+    message='--attack_fraction must be in [0, 1)',
+)
+ATTACK_BOOST = flags.DEFINE_float(
+    'attack_boost', None,
+    'model_replacement: factor of the update; default: --clients_per_round.',
+    lower_bound=0.0,
+)
+
 # Evaluation, checkpoints and outputs.
 ROUNDS_PER_EVAL = flags.DEFINE_integer(
     'rounds_per_eval', 5, 'Per-client evaluation every this many rounds.', lower_bound=1
@@ -178,7 +197,7 @@ _RUN_FLAGS = (
     DITTO_PERSONAL_LEARNING_RATE, DITTO_PERSONAL_STEPS, DITTO_PERSONAL_EPOCHS,
     FEDPROX_MU, AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
-    AGGREGATOR_TARGET_QUANTILE,
+    AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
 )
 
 
@@ -250,6 +269,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       aggregator_k=AGGREGATOR_K.value,
       aggregator_clip_norm=AGGREGATOR_CLIP_NORM.value,
       aggregator_target_quantile=AGGREGATOR_TARGET_QUANTILE.value,
+      attack_boost=ATTACK_BOOST.value,
   )
 
 
@@ -268,6 +288,8 @@ def training_config():
       eval_clients=EVAL_CLIENTS.value,
       eval_batch_size=EVAL_BATCH_SIZE.value,
       seed=SEED.value,
+      attack=ATTACK.value,
+      attack_fraction=ATTACK_FRACTION.value,
   )
 
 
@@ -373,9 +395,25 @@ def _check_aggregator_flags() -> None:
     raise UsageError('--aggregator_clip_norm must be > 0 (or unset: adaptive).')
 
 
+def _check_attack_flags() -> None:
+  attack, fraction = ATTACK.value, ATTACK_FRACTION.value
+  if attack == 'none':
+    return
+  if fraction == 0.0:
+    raise UsageError(f'--attack={attack} needs --attack_fraction in (0, 1), got 0.')
+  if attack in attack_roles.UPDATE_ATTACKS and (
+      ALGORITHM.value not in algorithm_registry.ROLE_ALGORITHMS
+  ):
+    raise UsageError(
+        f'--attack={attack}: --algorithm={ALGORITHM.value} cannot simulate update'
+        ' attacks; allowed with: ' + ', '.join(algorithm_registry.ROLE_ALGORITHMS) + '.'
+    )
+
+
 def build_algorithm(task):
   """The process of --algorithm for `task`; bad algorithm flags -> UsageError."""
   _check_aggregator_flags()
+  _check_attack_flags()
   if ALGORITHM.value == 'fedper':
     num_blocks = len(task.model.blocks)
     personal_blocks = FEDPER_PERSONAL_LAYERS.value

@@ -23,6 +23,8 @@ from typing import Any, Mapping, Optional, TextIO
 import numpy as np
 import tensorflow as tf
 
+from tff_personal.attacks import label_poison
+from tff_personal.attacks import roles
 from tff_personal.evaluation import summary as summary_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.personal import store as store_lib
@@ -50,6 +52,9 @@ class TrainingConfig:
     eval_batch_size: batch size of evaluation.
     eval_clients_per_call: clients per TFF evaluation call.
     seed: seeds sampling, data order and the evaluation subset.
+    attack: one of `attacks.roles.ATTACK_NAMES`.
+    attack_fraction: share of the population that is malicious (chosen once
+      per run with the seed).
   """
 
   total_rounds: int
@@ -63,6 +68,8 @@ class TrainingConfig:
   eval_batch_size: int = 64
   eval_clients_per_call: int = 50
   seed: int = 0
+  attack: str = 'none'
+  attack_fraction: float = 0.0
 
 
 class ResumeError(Exception):
@@ -195,6 +202,7 @@ def run_training(
   client_index = {c: i for i, c in enumerate(population)}
   eval_population = sampling.fixed_subset(population, config.eval_clients, seed=config.seed)
   accuracy_name = task.model.metrics()[0].name
+  threat = _Threat(task, process, config, population)
 
   metrics_csv = outputs.RoundCsv(experiment.metrics_path)
   eval_csv = outputs.RoundCsv(experiment.eval_path)
@@ -225,12 +233,12 @@ def run_training(
   for round_num in range(start_round + 1, config.total_rounds + 1):
     started = time.monotonic()
     state, row = _train_round(
-        task, process, state, personal, population, client_index, round_num, config
+        task, process, state, personal, population, client_index, threat, round_num, config
     )
     row['round_seconds'] = time.monotonic() - started
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
-          task, process, state, personal, eval_population, round_num, config
+          task, process, state, personal, eval_population, threat, round_num, config
       )
       eval_csv.append(eval_rows)
       last_eval_summary = _summarize_eval(eval_rows, accuracy_name)
@@ -260,6 +268,7 @@ def run_training(
       num_clients=len(population),
       num_eval_clients=len(eval_population),
       accuracy_metric=accuracy_name,
+      num_adversaries=len(threat.adversaries),
       elapsed_seconds=elapsed,
       final_eval=last_eval_summary,
       run_config=dict(run_config),
@@ -268,20 +277,47 @@ def run_training(
   return summary
 
 
-def _train_round(task, process, state, personal, population, client_index, round_num, config):
+class _Threat:
+  """The run's adversaries and what they do to their data or their updates."""
+
+  def __init__(self, task, process, config: TrainingConfig, population):
+    self._attack = config.attack
+    self.adversaries = frozenset()
+    if config.attack == 'none':
+      return
+    if config.attack in roles.UPDATE_ATTACKS and not process.takes_client_roles:
+      raise ValueError(f'This algorithm cannot simulate the {config.attack} attack.')
+    self.adversaries = roles.choose_adversaries(
+        population, config.attack_fraction, seed=config.seed
+    )
+    if config.attack == 'label_poison':
+      with tf.Graph().as_default():
+        self._num_classes = int(task.model.build().output_shape[-1])
+
+  def client_input(self, process, client_id, dataset, seed):
+    """The client's `next` input: poisoned data and/or its attack role."""
+    role = roles.HONEST
+    if client_id in self.adversaries:
+      if self._attack == 'label_poison':
+        dataset = label_poison.poison_labels(dataset, self._num_classes, seed)
+      role = roles.update_role(self._attack)
+    return process.client_input(dataset, role, seed)
+
+
+def _train_round(
+    task, process, state, personal, population, client_index, threat, round_num, config
+):
   """Samples, trains and stores one round; returns the new state and metrics."""
   clients = sampling.sample_clients(
       population, config.clients_per_round, seed=config.seed, round_num=round_num
   )
-  client_data = [
-      task.train_dataset(
-          c,
-          epochs=config.client_epochs,
-          batch_size=config.client_batch_size,
-          seed=sampling.data_seed(config.seed, round_num, client_index[c]),
-      )
-      for c in clients
-  ]
+  client_data = []
+  for c in clients:
+    seed = sampling.data_seed(config.seed, round_num, client_index[c])
+    dataset = task.train_dataset(
+        c, epochs=config.client_epochs, batch_size=config.client_batch_size, seed=seed
+    )
+    client_data.append(threat.client_input(process, c, dataset, seed))
   personal_states = personal.read(
       clients, round_num, lambda: process.get_model_weights(state)
   )
@@ -315,7 +351,7 @@ def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str,
     )
 
 
-def _evaluate_clients(task, process, state, personal, eval_population, round_num, config):
+def _evaluate_clients(task, process, state, personal, eval_population, threat, round_num, config):
   model_weights = process.get_model_weights(state)
   rows = []
   step = config.eval_clients_per_call
@@ -327,16 +363,22 @@ def _evaluate_clients(task, process, state, personal, eval_population, round_num
     for client_id, metrics in zip(chunk, results):
       row = collections.OrderedDict(round=round_num, client_id=client_id)
       row.update(outputs.flatten_metrics(metrics))
+      row['adversary'] = int(client_id in threat.adversaries)
       rows.append(row)
   return rows
 
 
 def _summarize_eval(eval_rows, accuracy_name: str) -> collections.OrderedDict:
-  rows = [r for r in eval_rows if r['num_examples'] > 0]
+  """Summaries over benign clients (`eval/...`) and adversaries (`eval/adversary_...`)."""
+  evaluated = [r for r in eval_rows if r['num_examples'] > 0]
   result = collections.OrderedDict()
-  result.update(summary_lib.summarize([r[accuracy_name] for r in rows], 'eval/accuracy'))
-  result.update(summary_lib.summarize([r['loss'] for r in rows], 'eval/loss'))
-  result['eval/num_clients'] = len(rows)
+  for prefix, adversary in (('eval/', 0), ('eval/adversary_', 1)):
+    rows = [r for r in evaluated if r['adversary'] == adversary]
+    if adversary and not rows:
+      continue
+    result.update(summary_lib.summarize([r[accuracy_name] for r in rows], f'{prefix}accuracy'))
+    result.update(summary_lib.summarize([r['loss'] for r in rows], f'{prefix}loss'))
+    result[f'{prefix}num_clients'] = len(rows)
   return result
 
 

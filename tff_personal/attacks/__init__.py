@@ -1,0 +1,1 @@
+"""Simulated malicious clients: data poisoning and update attacks."""
