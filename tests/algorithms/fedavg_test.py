@@ -147,3 +147,34 @@ def test_model_replacement_client_sends_its_boosted_update():
       process.get_model_weights(output.state).trainable[0], kernel - delta_kernel,
       rtol=1e-5, atol=1e-5,
   )
+
+
+def test_finetuned_evaluation_trains_each_client_copy_then_evaluates(process):
+  evaluate = process.finetuned_evaluation(0.5)
+  assert str(evaluate.type_signature.parameter[1]) == (
+      '{<train=<float32[?,2],int32[?]>*,test=<float32[?,2],int32[?]>*>}@CLIENTS'
+  )
+  state = process.initialize()
+  weights = process.get_model_weights(state)
+  kernel, bias = weights.trainable
+  train = [client_batches(5, [4, 3]), client_batches(6, [5])]
+  test = [client_batches(7, [6])[0], client_batches(8, [5])[0]]
+  client_data = [
+      {'train': batches_dataset(t), 'test': batches_dataset([x])} for t, x in zip(train, test)
+  ]
+  results = evaluate(weights, client_data, process_lib.empty_personal_states(2))
+  for batches, (x, y), metrics in zip(train, test, results):
+    tuned_kernel, tuned_bias = numpy_reference.sgd(kernel, bias, batches, 0.5)
+    tuned_loss, _, _ = numpy_reference.loss_and_gradients(tuned_kernel, tuned_bias, x, y)
+    loss, _, _ = numpy_reference.loss_and_gradients(kernel, bias, x, y)
+    np.testing.assert_allclose(metrics['loss'], tuned_loss, rtol=1e-5)
+    np.testing.assert_allclose(
+        metrics['sparse_categorical_accuracy'],
+        numpy_reference.accuracy(tuned_kernel, tuned_bias, x, y),
+    )
+    np.testing.assert_allclose(metrics['before_finetune']['loss'], loss, rtol=1e-5)
+    assert metrics['num_examples'] == metrics['before_finetune']['num_examples'] == len(y)
+    assert not np.isclose(tuned_loss, loss)
+  # Fine-tuning changes no state: the global model is what it was.
+  for a, b in zip(tf.nest.flatten(weights), tf.nest.flatten(process.get_model_weights(state))):
+    np.testing.assert_array_equal(a, b)

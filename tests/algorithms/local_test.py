@@ -114,3 +114,31 @@ def test_canary_personal_model_never_reaches_the_server(process):
   ):
     np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(with_canary.personal_states[2].trainable[0], 1e30)
+
+
+def test_finetuned_evaluation_starts_from_each_clients_own_model(process):
+  weights = process.get_model_weights(process.initialize())
+  models = [personal(0.5, -0.1), personal(-0.3, 0.2)]
+  train = [client_batches(5, [4, 3]), client_batches(6, [5])]
+  test = [client_batches(3, [6])[0], client_batches(4, [5])[0]]
+  results = process.finetuned_evaluation(0.2)(
+      weights,
+      [{'train': batches_dataset(t), 'test': batches_dataset([x])} for t, x in zip(train, test)],
+      [as_model_weights(*m) for m in models],
+  )
+  for model, batches, (x, y), metrics in zip(models, train, test, results):
+    tuned = numpy_reference.sgd(*model, batches, 0.2)
+    np.testing.assert_allclose(
+        metrics['loss'], numpy_reference.loss_and_gradients(*tuned, x, y)[0], rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        metrics['before_finetune']['loss'],
+        numpy_reference.loss_and_gradients(*model, x, y)[0],
+        rtol=1e-5,
+    )
+
+
+def test_local_sends_no_update():
+  assert not local.build_local(
+      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE
+  ).sends_updates

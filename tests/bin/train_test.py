@@ -56,6 +56,8 @@ def one_line_error(capsys, excinfo):
         (['--aggregator=bulyan'], '--aggregator=bulyan: value should be one of <mean\\|median'),
         (['--attack_fraction=1.0'], r'--attack_fraction must be in \[0, 1\)'),
         (['--attack=backdoor'], '--attack=backdoor: value should be one of <none'),
+        (['--finetune_epochs=-1'], '--finetune_epochs=-1'),
+        (['--finetune_learning_rate=0'], '--finetune_learning_rate must be > 0'),
     ],
 )
 def test_bad_flags(argv, expected, capsys):
@@ -188,8 +190,8 @@ def test_bad_fedper_flags(argv, expected, capsys, cache_dir, tmp_path):
          '--aggregator=median: --algorithm=local aggregates no update'),
         (['--algorithm=fedavg', '--aggregator=k_norm', '--aggregator_k=10'],
          '--aggregator_k=10 must be below --clients_per_round=10'),
-        (['--algorithm=local', '--attack=model_replacement', '--attack_fraction=0.1'],
-         '--attack=model_replacement: --algorithm=local cannot simulate update attacks'),
+        (['--algorithm=fedprox', '--attack=model_replacement', '--attack_fraction=0.1'],
+         '--attack=model_replacement: --algorithm=fedprox cannot simulate update attacks'),
         (['--algorithm=fedavg', '--attack=label_poison'],
          '--attack=label_poison needs --attack_fraction in (0, 1), got 0.'),
     ],

@@ -161,6 +161,54 @@ def test_update_attacks_need_a_client_role(tmp_path):
   )
   with pytest.raises(ValueError, match='cannot simulate the random_update attack'):
     training_loop.run_training(
-        TASK, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), 'run'),
+        TASK, process_for('fedprox'), config, outputs.ExperimentDir(str(tmp_path), 'run'),
         run_config={},
     )
+
+
+def _final_eval_rows(root, name):
+  rows = outputs.RoundCsv(outputs.ExperimentDir(str(root), name).eval_path).read()
+  last = max(int(r['round']) for r in rows)
+  return {r['client_id']: r for r in rows if int(r['round']) == last}
+
+
+def test_update_attacks_leave_local_clients_untouched(tmp_path):
+  """Local sends nothing: its adversaries only leave the benign metrics."""
+  train('local', tmp_path, 'clean', total_rounds=2)
+  config = training_loop.TrainingConfig(
+      **{**CONFIG.__dict__, 'total_rounds': 2, 'attack': 'model_replacement',
+         'attack_fraction': 0.34}
+  )
+  attacked = training_loop.run_training(
+      TASK, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), 'attacked'),
+      run_config={},
+  )
+  assert attacked['num_adversaries'] == 2
+  clean_rows = _final_eval_rows(tmp_path, 'clean')
+  attacked_rows = _final_eval_rows(tmp_path, 'attacked')
+  assert {c: r['loss'] for c, r in clean_rows.items()} == {
+      c: r['loss'] for c, r in attacked_rows.items()
+  }
+  benign = [float(r['loss']) for r in attacked_rows.values() if r['adversary'] == '0']
+  assert len(benign) == attacked['final_eval']['eval/num_clients'] == 4
+  assert attacked['final_eval']['eval/loss_mean'] == pytest.approx(np.mean(benign))
+
+
+@pytest.mark.parametrize('algorithm', ['fedavg', 'ditto'])
+def test_finetuning_reports_the_trained_model_and_its_finetuned_copy(algorithm, tmp_path):
+  plain = train(algorithm, tmp_path, 'plain', total_rounds=2)
+  config = training_loop.TrainingConfig(
+      **{**CONFIG.__dict__, 'total_rounds': 2, 'finetune_epochs': 2,
+         'finetune_learning_rate': 0.1}
+  )
+  tuned = training_loop.run_training(
+      TASK, process_for(algorithm), config, outputs.ExperimentDir(str(tmp_path), 'tuned'),
+      run_config={},
+  )
+  plain_eval, tuned_eval = plain['final_eval'], tuned['final_eval']
+  # Fine-tuning happens at evaluation only: the trained models are the same.
+  for name in ('accuracy_mean', 'loss_mean', 'loss_worst10_mean'):
+    assert tuned_eval[f'eval/before_finetune_{name}'] == plain_eval[f'eval/{name}']
+  assert tuned_eval['eval/loss_mean'] < plain_eval['eval/loss_mean']
+  rows = _final_eval_rows(tmp_path, 'tuned')
+  assert all('before_finetune/loss' in r for r in rows.values())

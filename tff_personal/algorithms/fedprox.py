@@ -9,6 +9,7 @@ baselines. No personal state:
   evaluate: every client evaluates the global model on its own data.
 """
 
+import functools
 from typing import Optional
 
 import tensorflow_federated as tff
@@ -39,4 +40,5 @@ def build_fedprox(
       learning_process,
       model.initial_weights(seed),
       per_client.build_global_model_evaluation(model.tff_model_fn),
+      functools.partial(per_client.build_global_model_finetuned_evaluation, model.tff_model_fn),
   )

@@ -16,6 +16,7 @@ not finite keeps its model (TFF zeroes such updates) and is counted in the
 """
 
 import collections
+import functools
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -106,16 +107,20 @@ def build_local(
   def get_model_weights(state):
     return state['model_weights']
 
-  evaluate = per_client.build_per_client_evaluation(
+  evaluation_args = (
       model.tff_model_fn,
-      personal_state_type=weights_type,
-      assemble_fn=lambda initial_weights, personal_state: personal_state,
+      weights_type,
+      lambda initial_weights, personal_state: personal_state,
   )
   return process_lib.PersonalizedProcess(
       initialize_fn,
       next_fn,
       get_model_weights,
-      evaluate,
+      per_client.build_per_client_evaluation(*evaluation_args),
       # A new client starts from the initial model W0 the server holds.
       initial_personal_state_fn=lambda client_id, initial_weights: initial_weights,
+      finetuned_evaluation_fn=functools.partial(
+          per_client.build_finetuned_evaluation, *evaluation_args
+      ),
+      sends_updates=False,
   )

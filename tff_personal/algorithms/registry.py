@@ -10,6 +10,9 @@ if TYPE_CHECKING:  # The registry itself imports no TensorFlow (fast flag checks
 ALGORITHM_NAMES = ('fedavg', 'local', 'fedper', 'ditto', 'fedprox')
 # Algorithms whose client computation takes an attack role (update attacks).
 ROLE_ALGORITHMS = ('fedavg', 'fedper', 'ditto')
+# Algorithms that can run under update attacks: the above, and Local, whose
+# clients send nothing (its adversaries are only left out of benign metrics).
+UPDATE_ATTACK_ALGORITHMS = ROLE_ALGORITHMS + ('local',)
 # Algorithms whose shared update goes through `--aggregator`.
 AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox')
 

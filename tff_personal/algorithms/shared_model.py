@@ -25,6 +25,7 @@ CLIENTS.
 """
 
 import collections
+import functools
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -172,12 +173,9 @@ def build_process(
   def get_model_weights(state):
     return state['global_model_weights']
 
-  evaluate = per_client.build_per_client_evaluation(
-      model.tff_model_fn,
-      personal_state_type=personal_type,
-      assemble_fn=assemble_fn,
-      shared_weights_type=shared_type,
-  )
+  evaluation_args = (model.tff_model_fn, personal_type, assemble_fn, shared_type)
+  evaluate = per_client.build_per_client_evaluation(*evaluation_args)
+
   def client_input(dataset, role, seed):
     return collections.OrderedDict(data=dataset, role=np.int32(role), seed=np.int64(seed))
 
@@ -188,4 +186,7 @@ def build_process(
       evaluate,
       initial_personal_state_fn,
       client_input_fn=client_input,
+      finetuned_evaluation_fn=functools.partial(
+          per_client.build_finetuned_evaluation, *evaluation_args
+      ),
   )

@@ -13,6 +13,8 @@ LINDT, APFL and Local all need that, so every algorithm of tff_personal is a
               personal_states={P}@CLIENTS> -> {E}@CLIENTS)
      each client's metrics of its own model (shared part + its personal part)
      on its own data, left at CLIENTS (the program reads them per client).
+  finetuned_evaluation(learning_rate): the same clients' models fine-tuned
+     on their own training data first (`evaluation.per_client`).
 
 C, a client's input, is its dataset D* or, for processes that simulate
 update attacks, <data=D*, role, seed> (`client_input` builds it).
@@ -55,6 +57,8 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
       evaluate_fn: tff.Computation,
       initial_personal_state_fn: InitialPersonalStateFn,
       client_input_fn: Optional[ClientInputFn] = None,
+      finetuned_evaluation_fn: Optional[Callable[[float], tff.Computation]] = None,
+      sends_updates: bool = True,
   ):
     """Builds the process from its computations.
 
@@ -68,12 +72,19 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
         runs in the program, like the client's own set-up would on a device.
       client_input_fn: `(dataset, role, seed) -> ` a client's `next` input;
         None: the dataset alone (the process takes no attack role).
+      finetuned_evaluation_fn: `learning_rate -> ` the fine-tuning
+        evaluation computation; None: the process has none.
+      sends_updates: False for processes whose clients send the server
+        nothing (Local): update attacks then have nothing to act on.
     """
     super().__init__(initialize_fn, next_fn)
     self._get_model_weights = get_model_weights
     self._evaluate = evaluate_fn
     self._initial_personal_state_fn = initial_personal_state_fn
     self._client_input_fn = client_input_fn
+    self._finetuned_evaluation_fn = finetuned_evaluation_fn
+    self._finetuned_evaluations = {}
+    self._sends_updates = sends_updates
     parameter = next_fn.type_signature.parameter
     if len(parameter) != 3:
       raise TypeError(
@@ -109,6 +120,19 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
     if self._client_input_fn is None:
       return dataset
     return self._client_input_fn(dataset, role, seed)
+
+  @property
+  def sends_updates(self) -> bool:
+    """Whether clients send the server an update (not so for Local)."""
+    return self._sends_updates
+
+  def finetuned_evaluation(self, learning_rate: float) -> tff.Computation:
+    """The fine-tuning evaluation with `learning_rate` (built once per rate)."""
+    if self._finetuned_evaluation_fn is None:
+      raise ValueError('This process has no fine-tuning evaluation.')
+    if learning_rate not in self._finetuned_evaluations:
+      self._finetuned_evaluations[learning_rate] = self._finetuned_evaluation_fn(learning_rate=learning_rate)
+    return self._finetuned_evaluations[learning_rate]
 
   @property
   def get_model_weights(self) -> tff.Computation:
@@ -148,6 +172,7 @@ def from_learning_process(
     learning_process: tff.learning.templates.LearningProcess,
     initial_model_weights: tff.learning.models.ModelWeights,
     evaluate_fn: tff.Computation,
+    finetuned_evaluation_fn: Optional[Callable[[float], tff.Computation]] = None,
 ) -> PersonalizedProcess:
   """Wraps a `LearningProcess` without personal state (personal P = `<>`).
 
@@ -181,6 +206,7 @@ def from_learning_process(
       initial_personal_state_fn=lambda client_id, model_weights: (
           collections.OrderedDict()
       ),
+      finetuned_evaluation_fn=finetuned_evaluation_fn,
   )
 
 

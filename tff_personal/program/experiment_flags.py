@@ -132,6 +132,22 @@ ATTACK_BOOST = flags.DEFINE_float(
 )
 
 # Evaluation, checkpoints and outputs.
+FINETUNE_EPOCHS = flags.DEFINE_integer(
+    'finetune_epochs', 0,
+    "Fine-tuning baseline: epochs of SGD on a client's own training data before"
+    ' it is evaluated (the model as trained is reported too, as'
+    ' before_finetune); 0: none.',
+    lower_bound=0,
+)
+FINETUNE_LEARNING_RATE = flags.DEFINE_float(
+    'finetune_learning_rate', None,
+    "The fine-tuning SGD's learning rate; default: --client_learning_rate.",
+)
+flags.register_validator(
+    'finetune_learning_rate',
+    lambda rate: rate is None or rate > 0,
+    message='--finetune_learning_rate must be > 0.',
+)
 ROUNDS_PER_EVAL = flags.DEFINE_integer(
     'rounds_per_eval', 5, 'Per-client evaluation every this many rounds.', lower_bound=1
 )
@@ -290,6 +306,12 @@ def training_config():
       seed=SEED.value,
       attack=ATTACK.value,
       attack_fraction=ATTACK_FRACTION.value,
+      finetune_epochs=FINETUNE_EPOCHS.value,
+      finetune_learning_rate=(
+          CLIENT_LEARNING_RATE.value
+          if FINETUNE_LEARNING_RATE.value is None
+          else FINETUNE_LEARNING_RATE.value
+      ),
   )
 
 
@@ -402,11 +424,12 @@ def _check_attack_flags() -> None:
   if fraction == 0.0:
     raise UsageError(f'--attack={attack} needs --attack_fraction in (0, 1), got 0.')
   if attack in attack_roles.UPDATE_ATTACKS and (
-      ALGORITHM.value not in algorithm_registry.ROLE_ALGORITHMS
+      ALGORITHM.value not in algorithm_registry.UPDATE_ATTACK_ALGORITHMS
   ):
     raise UsageError(
         f'--attack={attack}: --algorithm={ALGORITHM.value} cannot simulate update'
-        ' attacks; allowed with: ' + ', '.join(algorithm_registry.ROLE_ALGORITHMS) + '.'
+        ' attacks; allowed with: '
+        + ', '.join(algorithm_registry.UPDATE_ATTACK_ALGORITHMS) + '.'
     )
 
 

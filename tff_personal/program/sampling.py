@@ -25,9 +25,13 @@ def sample_clients(
   return [population[i] for i in sorted(chosen)]
 
 
-def data_seed(seed: int, round_num: int, client_index: int) -> int:
-  """The shuffle seed of one client's data in one round."""
-  sequence = np.random.SeedSequence([seed, round_num, client_index])
+def data_seed(seed: int, round_num: int, client_index: int, stream: int = 0) -> int:
+  """The shuffle seed of one client's data in one round.
+
+  `stream` separates independent uses (0: training, 1: fine-tuning).
+  """
+  entropy = [seed, round_num, client_index] + ([stream] if stream else [])
+  sequence = np.random.SeedSequence(entropy)
   return int(sequence.generate_state(1)[0])
 
 

@@ -6,8 +6,11 @@ Each round r = 1..R:
      states from the store (new clients get `initial_personal_state`);
   3. run `process.next`; write the returned personal states to the store;
   4. every `rounds_per_eval` rounds (and at the end) evaluate every
-     evaluation client's own model on its own test split, write the
-     per-client rows and add mean/std/min/p10 to the round metrics;
+     evaluation client's own model on its own test split (with
+     `finetune_epochs`, after fine-tuning it on its own training data, the
+     model as trained being reported as `before_finetune/...`), write the
+     per-client rows and add the summaries over benign clients and over
+     adversaries to the round metrics;
   5. every `rounds_per_checkpoint` rounds (and at the end) checkpoint.
 
 A run restarted with the same configuration resumes from its last checkpoint
@@ -55,6 +58,9 @@ class TrainingConfig:
     attack: one of `attacks.roles.ATTACK_NAMES`.
     attack_fraction: share of the population that is malicious (chosen once
       per run with the seed).
+    finetune_epochs: epochs of SGD on a client's own training data before it
+      is evaluated (the fine-tuning baseline); 0: none.
+    finetune_learning_rate: the fine-tuning SGD's learning rate.
   """
 
   total_rounds: int
@@ -70,6 +76,8 @@ class TrainingConfig:
   seed: int = 0
   attack: str = 'none'
   attack_fraction: float = 0.0
+  finetune_epochs: int = 0
+  finetune_learning_rate: float = 0.0
 
 
 class ResumeError(Exception):
@@ -238,7 +246,8 @@ def run_training(
     row['round_seconds'] = time.monotonic() - started
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
-          task, process, state, personal, eval_population, threat, round_num, config
+          task, process, state, personal, eval_population, client_index, threat,
+          round_num, config,
       )
       eval_csv.append(eval_rows)
       last_eval_summary = _summarize_eval(eval_rows, accuracy_name)
@@ -285,7 +294,11 @@ class _Threat:
     self.adversaries = frozenset()
     if config.attack == 'none':
       return
-    if config.attack in roles.UPDATE_ATTACKS and not process.takes_client_roles:
+    if (
+        config.attack in roles.UPDATE_ATTACKS
+        and process.sends_updates
+        and not process.takes_client_roles
+    ):
       raise ValueError(f'This algorithm cannot simulate the {config.attack} attack.')
     self.adversaries = roles.choose_adversaries(
         population, config.attack_fraction, seed=config.seed
@@ -294,14 +307,20 @@ class _Threat:
       with tf.Graph().as_default():
         self._num_classes = int(task.model.build().output_shape[-1])
 
+  def training_data(self, client_id, dataset, seed):
+    """The client's training data: poisoned if it is a label-poisoning adversary."""
+    if client_id in self.adversaries and self._attack == 'label_poison':
+      return label_poison.poison_labels(dataset, self._num_classes, seed)
+    return dataset
+
   def client_input(self, process, client_id, dataset, seed):
     """The client's `next` input: poisoned data and/or its attack role."""
     role = roles.HONEST
     if client_id in self.adversaries:
-      if self._attack == 'label_poison':
-        dataset = label_poison.poison_labels(dataset, self._num_classes, seed)
       role = roles.update_role(self._attack)
-    return process.client_input(dataset, role, seed)
+    if not process.takes_client_roles:
+      return self.training_data(client_id, dataset, seed)
+    return process.client_input(self.training_data(client_id, dataset, seed), role, seed)
 
 
 def _train_round(
@@ -351,15 +370,29 @@ def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str,
     )
 
 
-def _evaluate_clients(task, process, state, personal, eval_population, threat, round_num, config):
+def _evaluate_clients(
+    task, process, state, personal, eval_population, client_index, threat, round_num, config
+):
   model_weights = process.get_model_weights(state)
+  if config.finetune_epochs:
+    evaluate = process.finetuned_evaluation(config.finetune_learning_rate)
+  else:
+    evaluate = process.evaluate
   rows = []
   step = config.eval_clients_per_call
   for start in range(0, len(eval_population), step):
     chunk = eval_population[start : start + step]
-    test_data = [task.test_dataset(c, batch_size=config.eval_batch_size) for c in chunk]
+    client_data = [task.test_dataset(c, batch_size=config.eval_batch_size) for c in chunk]
+    if config.finetune_epochs:
+      client_data = [
+          collections.OrderedDict(
+              train=_finetuning_data(task, threat, c, client_index[c], round_num, config),
+              test=test,
+          )
+          for c, test in zip(chunk, client_data)
+      ]
     states = personal.read(chunk, round_num + 1, lambda: model_weights)
-    results = process.evaluate(model_weights, test_data, states)
+    results = evaluate(model_weights, client_data, states)
     for client_id, metrics in zip(chunk, results):
       row = collections.OrderedDict(round=round_num, client_id=client_id)
       row.update(outputs.flatten_metrics(metrics))
@@ -368,16 +401,36 @@ def _evaluate_clients(task, process, state, personal, eval_population, threat, r
   return rows
 
 
+def _finetuning_data(task, threat, client_id, index, round_num, config):
+  """A client's own training data for `finetune_epochs` (seeded apart from training)."""
+  seed = sampling.data_seed(config.seed, round_num, index, stream=1)
+  dataset = task.train_dataset(
+      client_id, epochs=config.finetune_epochs, batch_size=config.client_batch_size, seed=seed
+  )
+  return threat.training_data(client_id, dataset, seed)
+
+
 def _summarize_eval(eval_rows, accuracy_name: str) -> collections.OrderedDict:
-  """Summaries over benign clients (`eval/...`) and adversaries (`eval/adversary_...`)."""
+  """Summaries over benign clients (`eval/...`) and adversaries (`eval/adversary_...`).
+
+  With fine-tuning, the models as trained are summarized too
+  (`eval/before_finetune_...`).
+  """
   evaluated = [r for r in eval_rows if r['num_examples'] > 0]
   result = collections.OrderedDict()
   for prefix, adversary in (('eval/', 0), ('eval/adversary_', 1)):
     rows = [r for r in evaluated if r['adversary'] == adversary]
     if adversary and not rows:
       continue
-    result.update(summary_lib.summarize([r[accuracy_name] for r in rows], f'{prefix}accuracy'))
-    result.update(summary_lib.summarize([r['loss'] for r in rows], f'{prefix}loss'))
+    for model_prefix, key_prefix in (('', ''), ('before_finetune_', 'before_finetune/')):
+      if not rows or f'{key_prefix}{accuracy_name}' not in rows[0]:
+        continue
+      for metric, key in (('accuracy', accuracy_name), ('loss', 'loss')):
+        result.update(
+            summary_lib.summarize(
+                [r[f'{key_prefix}{key}'] for r in rows], f'{prefix}{model_prefix}{metric}'
+            )
+        )
     result[f'{prefix}num_clients'] = len(rows)
   return result
 
