@@ -1,0 +1,116 @@
+"""Runs (or resumes) the Ditto table of one task and prints it in markdown.
+
+  bin/ditto_table.py --task=fmnist    # 6 settings x FedAvg/FT/Local/Ditto/Ditto+median
+  bin/ditto_table.py --task=femnist   # clean and A1 50%
+
+Each row group is a flagfile `configs/ditto_table/<task>__<setting>__<column>.flags`
+that `bin/train.py --flagfile=...` runs alone; this program runs the ones
+without a complete `summary.json` (one after the other; a run interrupted is
+resumed from its checkpoint), then prints the table of benign clients'
+test accuracy (mean ± std (worst-10% mean)) and the checks of the shape
+Ditto's paper reports. Logs go to <root_output_dir>/<run>.log.
+"""
+
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+from tff_personal.program import results_table
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TASK = flags.DEFINE_string('task', 'fmnist', 'Which table: the task prefix of the flagfiles.')
+CONFIGS_DIR = flags.DEFINE_string(
+    'configs_dir', os.path.join(_REPO, 'configs', 'ditto_table'), 'Directory of the flagfiles.'
+)
+ROOT_OUTPUT_DIR = flags.DEFINE_string(
+    'root_output_dir', os.path.join('output', 'ditto_table'),
+    "Overrides the flagfiles' --root_output_dir.",
+)
+OUTPUT_MARKDOWN = flags.DEFINE_string(
+    'output_markdown', None, 'Also write the table to this file.'
+)
+RUN = flags.DEFINE_bool('run', True, 'Run missing experiments (False: only read results).')
+
+
+def _flag_value(flagfile: str, name: str) -> str:
+  """The last value of --name in a flagfile and the flagfiles it includes."""
+  value = None
+  with open(flagfile) as f:
+    for line in f:
+      line = line.strip()
+      if line.startswith('--flagfile='):
+        included = _flag_value(os.path.join(_REPO, line.split('=', 1)[1]), name)
+        value = included if included is not None else value
+      elif line.startswith(f'--{name}='):
+        value = line.split('=', 1)[1]
+  return value
+
+
+def _run(run: results_table.Run) -> int:
+  os.makedirs(ROOT_OUTPUT_DIR.value, exist_ok=True)
+  log_path = os.path.join(ROOT_OUTPUT_DIR.value, f'{run.name}.log')
+  print(f'running {run.name} (log: {log_path})', flush=True)
+  with open(log_path, 'a') as log:
+    return subprocess.call(
+        [
+            sys.executable, os.path.join(_REPO, 'bin', 'train.py'),
+            f'--flagfile={run.flagfile}', f'--root_output_dir={ROOT_OUTPUT_DIR.value}',
+        ],
+        cwd=_REPO, stdout=log, stderr=subprocess.STDOUT,
+    )
+
+
+def _last_line(path: str) -> str:
+  try:
+    with open(path) as f:
+      lines = [line.strip() for line in f if line.strip()]
+  except FileNotFoundError:
+    return ''
+  return lines[-1] if lines else ''
+
+
+def main(argv):
+  del argv
+  try:
+    runs = results_table.find_runs(CONFIGS_DIR.value, TASK.value)
+  except FileNotFoundError as e:
+    sys.exit(f'ditto_table.py: error: --task={TASK.value}: {e}')
+  results = {}
+  for run in runs:
+    experiment_dir = os.path.join(ROOT_OUTPUT_DIR.value, run.name)
+    total_rounds = int(_flag_value(run.flagfile, 'total_rounds'))
+    summary_path = os.path.join(experiment_dir, 'summary.json')
+    summary = results_table.read_summary(summary_path, total_rounds)
+    if summary is None and RUN.value:
+      code = _run(run)
+      summary = results_table.read_summary(summary_path, total_rounds)
+      if summary is None:
+        note = _last_line(os.path.join(ROOT_OUTPUT_DIR.value, f'{run.name}.log'))
+        results[(run.setting, run.column)] = f'failed (exit {code}): {note[:80]}'
+    if summary is not None:
+      for column, cell in results_table.cells_of_summary(run.column, summary).items():
+        results[(run.setting, column)] = cell
+  settings = results_table.in_table_order({r.setting for r in runs}, results_table.SETTINGS)
+  columns = results_table.in_table_order({c for _, c in results}, results_table.COLUMNS)
+  lines = [
+      f'Benign clients\' test accuracy on {TASK.value}: mean ± std (worst-10% mean).',
+      '',
+      results_table.markdown(results, settings, columns),
+      '',
+  ] + [
+      f'- [{"x" if passed else " "}] {text}'
+      for text, passed in results_table.ditto_shape_checks(results)
+  ]
+  text = '\n'.join(lines)
+  print(text)
+  if OUTPUT_MARKDOWN.value:
+    with open(OUTPUT_MARKDOWN.value, 'w') as f:
+      f.write(text + '\n')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,80 @@
+"""Tables of runs: flagfile discovery, cells from summaries, markdown, checks."""
+
+import json
+
+import pytest
+
+from tff_personal.program import results_table
+
+
+def summary(mean, std=0.1, worst=0.05, before=None):
+  final = {
+      'eval/accuracy_mean': mean,
+      'eval/accuracy_std': std,
+      'eval/accuracy_worst10_mean': worst,
+  }
+  if before is not None:
+    final.update({
+        'eval/before_finetune_accuracy_mean': before,
+        'eval/before_finetune_accuracy_std': 0.2,
+        'eval/before_finetune_accuracy_worst10_mean': 0.01,
+    })
+  return {'final_eval': final, 'rounds_completed': 30}
+
+
+def test_find_runs_orders_settings_then_columns(tmp_path):
+  for name in ['fmnist__a3_10__ditto', 'fmnist__clean__local', 'fmnist__clean__fedavg',
+               'femnist__clean__ditto', 'fmnist__a1_20__ditto_median', 'fmnist.flags_',
+               'clean']:
+    (tmp_path / f'{name}.flags').write_text('')
+  runs = results_table.find_runs(str(tmp_path), 'fmnist')
+  assert [r.name for r in runs] == [
+      'fmnist__clean__fedavg', 'fmnist__clean__local', 'fmnist__a1_20__ditto_median',
+      'fmnist__a3_10__ditto',
+  ]
+  assert runs[0].flagfile == str(tmp_path / 'fmnist__clean__fedavg.flags')
+  with pytest.raises(FileNotFoundError, match='No cifar__<setting>__<column>.flags'):
+    results_table.find_runs(str(tmp_path), 'cifar')
+
+
+def test_a_finetuning_run_fills_two_columns():
+  cells = results_table.cells_of_summary('fedavg', summary(0.9, before=0.7))
+  assert cells == {
+      'fedavg': results_table.Cell(0.7, 0.2, 0.01),
+      'fedavg+ft': results_table.Cell(0.9, 0.1, 0.05),
+  }
+  assert results_table.cells_of_summary('ditto', summary(0.8)) == {
+      'ditto': results_table.Cell(0.8, 0.1, 0.05)
+  }
+  assert str(results_table.Cell(0.8, 0.1, 0.05)) == '0.8000 ± 0.1000 (0.0500)'
+
+
+def test_read_summary_needs_every_round(tmp_path):
+  path = tmp_path / 'summary.json'
+  assert results_table.read_summary(str(path)) is None
+  path.write_text(json.dumps(summary(0.5)))
+  assert results_table.read_summary(str(path), 30)['rounds_completed'] == 30
+  assert results_table.read_summary(str(path), 40) is None
+
+
+def test_markdown_rows_and_missing_cells():
+  results = {('clean', 'ditto'): results_table.Cell(0.9, 0.1, 0.5), ('a3_10', 'fedavg'): 'failed'}
+  text = results_table.markdown(results, ['clean', 'a3_10'], ['fedavg', 'ditto'])
+  assert text.splitlines() == [
+      '| setting | FedAvg | Ditto |',
+      '|---|---|---|',
+      '| clean | not run | 0.9000 ± 0.1000 (0.5000) |',
+      '| A3 model replacement, 10% | failed | not run |',
+  ]
+
+
+def test_ditto_shape_checks():
+  cell = lambda mean: results_table.Cell(mean, 0.0, 0.0)
+  results = {
+      ('clean', 'fedavg'): cell(0.80), ('clean', 'ditto'): cell(0.85),
+      ('a1_50', 'fedavg'): cell(0.60), ('a1_50', 'ditto'): cell(0.64),
+      ('a3_10', 'fedavg'): cell(0.30), ('a3_10', 'ditto'): cell(0.80),
+  }
+  checks = results_table.ditto_shape_checks(results)
+  assert [passed for _, passed in checks] == [True, False, True, True]
+  assert checks[1][0] == 'a1_50: Ditto 0.6400 >= FedAvg 0.6000 + 0.05'

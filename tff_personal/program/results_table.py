@@ -1,0 +1,171 @@
+"""Tables of runs: one flagfile per (task, setting, column), read back as markdown.
+
+A table is a directory of flagfiles named `<task>__<setting>__<column>.flags`
+(e.g. `configs/ditto_table/fmnist__a3_10__ditto.flags`); each is one
+`bin/train.py` run whose `--experiment_name` is the file's stem. A run with
+`--finetune_epochs` fills two columns: `<column>` (its models as trained,
+`eval/before_finetune_*`) and `<column>+ft` (fine-tuned, `eval/*`).
+
+Cells are the mean, standard deviation and worst-10% mean of the benign
+clients' test accuracy (Ditto, Li et al. 2021, Tables 1-2 report the mean
+and spread over benign devices).
+
+No TensorFlow here: the runner only starts `bin/train.py` processes and reads
+their `summary.json`.
+"""
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+# Known settings and columns, in table order, with their printed names.
+SETTINGS = {
+    'clean': 'clean',
+    'a1_20': 'A1 label poisoning, 20%',
+    'a1_50': 'A1 label poisoning, 50%',
+    'a2_50': 'A2 random updates, 50%',
+    'a3_10': 'A3 model replacement, 10%',
+    'a3_20': 'A3 model replacement, 20%',
+}
+COLUMNS = {
+    'fedavg': 'FedAvg',
+    'fedavg+ft': 'Fine-tuning',
+    'local': 'Local',
+    'ditto': 'Ditto',
+    'ditto_median': 'Ditto + median',
+}
+_NAME = re.compile(r'^(?P<task>[a-z0-9]+)__(?P<setting>[a-z0-9_]+)__(?P<column>[a-z0-9_]+)$')
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One flagfile of a table."""
+
+  flagfile: str
+  task: str
+  setting: str
+  column: str
+
+  @property
+  def name(self) -> str:
+    return f'{self.task}__{self.setting}__{self.column}'
+
+
+def _order(key: str, known: Mapping[str, str]) -> tuple[int, str]:
+  keys = list(known)
+  return (keys.index(key) if key in known else len(keys), key)
+
+
+def in_table_order(keys, known: Mapping[str, str]) -> list[str]:
+  """`keys` sorted as in `known` (SETTINGS or COLUMNS), unknown ones last."""
+  return sorted(keys, key=lambda k: _order(k, known))
+
+
+def find_runs(configs_dir: str, task: str) -> list[Run]:
+  """The table's runs for `task`, in table order (setting, then column)."""
+  runs = []
+  for filename in os.listdir(configs_dir):
+    stem, extension = os.path.splitext(filename)
+    match = _NAME.match(stem)
+    if extension != '.flags' or not match or match['task'] != task:
+      continue
+    runs.append(
+        Run(os.path.join(configs_dir, filename), task, match['setting'], match['column'])
+    )
+  if not runs:
+    raise FileNotFoundError(
+        f'No {task}__<setting>__<column>.flags file in {configs_dir}.'
+    )
+  return sorted(
+      runs, key=lambda r: (_order(r.setting, SETTINGS), _order(r.column, COLUMNS))
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """Benign clients' accuracy summary of one column of one run."""
+
+  mean: float
+  std: float
+  worst10: float
+
+  def __str__(self) -> str:
+    return f'{self.mean:.4f} ± {self.std:.4f} ({self.worst10:.4f})'
+
+
+def cells_of_summary(column: str, summary: Mapping[str, Any]) -> dict[str, Cell]:
+  """The run's cells: `column`, and `column+ft` for a fine-tuning run."""
+  final = summary['final_eval']
+
+  def cell(prefix):
+    return Cell(
+        final[f'eval/{prefix}accuracy_mean'],
+        final[f'eval/{prefix}accuracy_std'],
+        final[f'eval/{prefix}accuracy_worst10_mean'],
+    )
+
+  if 'eval/before_finetune_accuracy_mean' in final:
+    return {column: cell('before_finetune_'), f'{column}+ft': cell('')}
+  return {column: cell('')}
+
+
+def read_summary(path: str, total_rounds: Optional[int] = None) -> Optional[dict]:
+  """The run's summary.json, or None if absent or short of `total_rounds`."""
+  try:
+    with open(path) as f:
+      summary = json.load(f)
+  except FileNotFoundError:
+    return None
+  if total_rounds is not None and summary.get('rounds_completed') != total_rounds:
+    return None
+  return summary
+
+
+def markdown(
+    results: Mapping[tuple[str, str], Any], settings: Sequence[str], columns: Sequence[str]
+) -> str:
+  """A markdown table: rows are settings, cells `Cell`s or notes (str)."""
+  header = ['setting'] + [COLUMNS.get(c, c) for c in columns]
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for setting in settings:
+    cells = [str(results.get((setting, c), 'not run')) for c in columns]
+    lines.append('| ' + ' | '.join([SETTINGS.get(setting, setting)] + cells) + ' |')
+  return '\n'.join(lines)
+
+
+def ditto_shape_checks(results: Mapping[tuple[str, str], Any]) -> list[tuple[str, bool]]:
+  """The shape Ditto's paper reports, checked on benign mean accuracies.
+
+  Ditto at or above FedAvg clean; Ditto at least 5 points above FedAvg under
+  A1 50% and A3; FedAvg degrading sharply under A3 (here: by 10 points or
+  more from clean). Checks whose cells are missing are left out.
+  """
+
+  def mean(setting, column):
+    cell = results.get((setting, column))
+    return cell.mean if isinstance(cell, Cell) else None
+
+  checks = []
+  ditto_clean, fedavg_clean = mean('clean', 'ditto'), mean('clean', 'fedavg')
+  if ditto_clean is not None and fedavg_clean is not None:
+    checks.append((
+        f'clean: Ditto {ditto_clean:.4f} >= FedAvg {fedavg_clean:.4f}',
+        ditto_clean >= fedavg_clean,
+    ))
+  for setting in ('a1_50', 'a3_10', 'a3_20'):
+    ditto, fedavg = mean(setting, 'ditto'), mean(setting, 'fedavg')
+    if ditto is not None and fedavg is not None:
+      checks.append((
+          f'{setting}: Ditto {ditto:.4f} >= FedAvg {fedavg:.4f} + 0.05',
+          ditto >= fedavg + 0.05,
+      ))
+  for setting in ('a3_10', 'a3_20'):
+    fedavg = mean(setting, 'fedavg')
+    if fedavg is not None and fedavg_clean is not None:
+      checks.append((
+          f'{setting}: FedAvg {fedavg:.4f} <= clean {fedavg_clean:.4f} - 0.10',
+          fedavg <= fedavg_clean - 0.10,
+      ))
+  return checks
