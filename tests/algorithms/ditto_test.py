@@ -125,3 +125,81 @@ def test_evaluate_uses_the_personal_model():
 def test_negative_lambda_is_refused():
   with pytest.raises(ValueError, match='ditto_lambda must be >= 0'):
     build(-0.1)
+
+
+GRID = (0.0, 0.5, 5.0)
+
+
+@pytest.fixture(scope='module')
+def grid_process():
+  return ditto.build_ditto(
+      MODEL, ditto_lambda=0.1, client_learning_rate=LEARNING_RATE,
+      personal_learning_rate=0.3, personal_passes=1, seed=8, lambda_grid=GRID,
+  )
+
+
+def grid_state(kernel_value, bias_value, ditto_lambda):
+  return {'model': personal(kernel_value, bias_value), 'ditto_lambda': np.float32(ditto_lambda)}
+
+
+def test_grid_keeps_lambda_in_the_personal_state(grid_process):
+  personal_type = grid_process.personal_state_type.member
+  assert str(personal_type) == (
+      '<model=<trainable=<float32[2,2],float32[2]>,non_trainable=<>>,ditto_lambda=float32>'
+  )
+  weights = grid_process.get_model_weights(grid_process.initialize())
+  new = grid_process.initial_personal_state('new', weights)
+  assert new['ditto_lambda'] == ditto.UNSELECTED_LAMBDA
+
+
+@pytest.mark.parametrize('seed', [1, 2, 3])
+def test_first_participation_picks_the_lowest_validation_loss(grid_process, seed):
+  state = grid_process.initialize()
+  w = grid_process.get_model_weights(state).trainable
+  batches = client_batches(seed, [4, 4, 4, 4, 6, 4])  # Batch 4 validates.
+  start = grid_state(0.4, -0.2, ditto.UNSELECTED_LAMBDA)
+  output = run_next(grid_process, state, [batches_dataset(batches)], [start])
+
+  train = batches[:4] + batches[5:]
+  x, y = batches[4]
+  losses = [
+      numpy_reference.loss_and_gradients(
+          *numpy_proximal_steps(start['model'].trainable, w, train, 0.3, c), x, y
+      )[0]
+      for c in GRID
+  ]
+  chosen = GRID[int(np.argmin(losses))]
+  new = output.personal_states[0]
+  assert new['ditto_lambda'] == np.float32(chosen)
+  expected_v = numpy_proximal_steps(start['model'].trainable, w, batches, 0.3, chosen)
+  for actual, expected in zip(new['model'].trainable, expected_v):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_chosen_lambda_is_kept(grid_process):
+  state = grid_process.initialize()
+  w = grid_process.get_model_weights(state).trainable
+  batches = client_batches(4, [3, 3, 3, 3, 3])
+  start = grid_state(0.1, 0.3, 0.5)
+  output = run_next(grid_process, state, [batches_dataset(batches)], [start])
+  assert output.personal_states[0]['ditto_lambda'] == np.float32(0.5)
+  expected_v = numpy_proximal_steps(start['model'].trainable, w, batches, 0.3, 0.5)
+  for actual, expected in zip(output.personal_states[0]['model'].trainable, expected_v):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_grid_evaluates_the_personal_model(grid_process):
+  weights = grid_process.get_model_weights(grid_process.initialize())
+  (x, y), = client_batches(9, [6])
+  result, = grid_process.evaluate(
+      weights, [batches_dataset([(x, y)])], [grid_state(0.3, -0.3, 0.5)]
+  )
+  loss, _, _ = numpy_reference.loss_and_gradients(
+      np.full((2, 2), 0.3), np.full((2,), -0.3), x, y
+  )
+  np.testing.assert_allclose(result['loss'], loss, rtol=1e-5)
+
+
+def test_negative_grid_value_is_refused():
+  with pytest.raises(ValueError, match='lambda grid must hold values >= 0'):
+    ditto.build_ditto(MODEL, ditto_lambda=0.1, client_learning_rate=0.1, lambda_grid=(0.1, -1))

@@ -57,6 +57,8 @@ def one_line_error(capsys, excinfo):
         (['--attack_fraction=1.0'], r'--attack_fraction must be in \[0, 1\)'),
         (['--attack=backdoor'], '--attack=backdoor: value should be one of <none'),
         (['--finetune_epochs=-1'], '--finetune_epochs=-1'),
+        (['--ditto_lambda_grid=0.1,-1'], '--ditto_lambda_grid must be a comma-separated list'),
+        (['--ditto_lambda_grid=0.1,x'], '--ditto_lambda_grid must be a comma-separated list'),
         (['--finetune_learning_rate=0'], '--finetune_learning_rate must be > 0'),
     ],
 )

@@ -31,13 +31,17 @@ def assert_same(expected, actual):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
 
 
-@pytest.mark.parametrize('algorithm', algorithm_registry.ALGORITHM_NAMES)
-def test_export_round_trip_in_fresh_process(algorithm, tmp_path):
+@pytest.mark.parametrize(
+    'algorithm, options',
+    [(name, {}) for name in algorithm_registry.ALGORITHM_NAMES]
+    + [('ditto', {'ditto_lambda_grid': (0.0, 0.5)})],
+)
+def test_export_round_trip_in_fresh_process(algorithm, options, tmp_path):
   task = test_utils.tiny_task(num_clients=3, hidden=3)
   process = algorithm_registry.build_algorithm(
       algorithm,
       task,
-      algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=7),
+      algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=7, **options),
   )
   train_data, test_data = test_utils.tiny_datasets(**_DATASETS)
   initial_weights = process.get_model_weights(process.initialize())

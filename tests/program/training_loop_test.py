@@ -29,10 +29,13 @@ _PROCESSES = {}
 
 
 def process_for(algorithm):
+  """The process of `algorithm`, or of 'ditto_grid' (Ditto, per-client lambda)."""
   if algorithm not in _PROCESSES:
-    _PROCESSES[algorithm] = algorithm_registry.build_algorithm(
-        algorithm, TASK, OPTIONS
-    )
+    if algorithm == 'ditto_grid':
+      options = dataclasses.replace(OPTIONS, ditto_lambda_grid=(0.0, 0.1, 1.0))
+      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('ditto', TASK, options)
+    else:
+      _PROCESSES[algorithm] = algorithm_registry.build_algorithm(algorithm, TASK, OPTIONS)
   return _PROCESSES[algorithm]
 
 
@@ -54,7 +57,7 @@ def without_timing(rows):
   return [{k: v for k, v in r.items() if k != 'round_seconds'} for r in rows]
 
 
-@pytest.mark.parametrize('algorithm', algorithm_registry.ALGORITHM_NAMES)
+@pytest.mark.parametrize('algorithm', algorithm_registry.ALGORITHM_NAMES + ('ditto_grid',))
 def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   summary = train(algorithm, tmp_path, 'full')
   full = outputs.ExperimentDir(str(tmp_path), 'full')

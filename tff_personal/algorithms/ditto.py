@@ -25,10 +25,21 @@ Client k, each round (both updates start from the received w^t):
     each client's personal model v on its own data.
 The server part is `shared_model.build_process` (weighted mean of the global
 updates with weights n_k, or any robust aggregator, then the server's SGD).
+
+Per-client lambda (the paper's Section 3.3 heuristic, `lambda_grid`): a
+client picks its lambda once, at its first participation, from a candidate
+grid. For each candidate it trains a copy of v (= w^t) with step 1 on 4/5
+of the round's batches and measures the mean loss on the other fifth (every
+fifth batch); the candidate with the lowest validation loss (the first on
+ties, e.g. a client with fewer than 5 batches) is kept in its personal state
+and used from then on. P is then <model=v, ditto_lambda=float32>, -1 until
+chosen; without a grid, P = v.
 """
 
-from typing import Optional
+import collections
+from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -38,6 +49,7 @@ from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
 ModelWeights = tff.learning.models.ModelWeights
+UNSELECTED_LAMBDA = -1.0  # A new client's lambda before it chose from the grid.
 
 
 def proximal_sgd(model, dataset, variables, anchor, learning_rate, ditto_lambda):
@@ -57,9 +69,24 @@ def proximal_sgd(model, dataset, variables, anchor, learning_rate, ditto_lambda)
   return dataset.reduce(tf.constant(0, tf.int64), step)
 
 
+VALIDATION_EVERY = 5  # Every fifth batch validates a lambda candidate.
+
+
+def mean_loss(model, dataset):
+  """The example-weighted mean loss of `model` over `dataset` (0 if empty)."""
+
+  def accumulate(totals, batch):
+    output = model.forward_pass(batch, training=False)
+    n = tf.cast(output.num_examples, tf.float32)
+    return totals[0] + output.loss * n, totals[1] + n
+
+  total, count = dataset.reduce((0.0, 0.0), accumulate)
+  return tf.math.divide_no_nan(total, count)
+
+
 def build_client_update(
     model_fn, *, ditto_lambda, learning_rate, personal_learning_rate,
-    personal_steps, personal_passes,
+    personal_steps, personal_passes, lambda_grid=(),
 ):
   """The client's steps 1-2 (module docstring) as a `tf.function`."""
   model = model_fn()
@@ -68,8 +95,7 @@ def build_client_update(
   def assign(weights):
     tf.nest.map_structure(lambda v, w: v.assign(w), variables, weights)
 
-  @tf.function
-  def client_update(global_weights, personal_weights, dataset):
+  def personal_update(personal_weights, global_weights, dataset, lambda_value):
     assign(personal_weights)
     if personal_steps > 0:
       personal_data = [dataset.repeat().take(personal_steps)]
@@ -78,9 +104,36 @@ def build_client_update(
     for data in personal_data:
       proximal_sgd(
           model, data, variables.trainable, global_weights.trainable,
-          personal_learning_rate, ditto_lambda,
+          personal_learning_rate, lambda_value,
       )
+
+  def select_lambda(personal_weights, global_weights, dataset):
+    """The grid's candidate with the lowest validation loss (module docstring)."""
+    # tf.equal, not ==: TFF traces in graph mode, where == compares identity.
+    is_validation = lambda i, _: tf.equal(i % VALIDATION_EVERY, VALIDATION_EVERY - 1)
+    indexed = dataset.enumerate()
+    train = indexed.filter(lambda i, batch: tf.logical_not(is_validation(i, batch)))
+    validation = indexed.filter(is_validation)
+    train, validation = (d.map(lambda _, batch: batch) for d in (train, validation))
+    losses = []
+    for candidate in lambda_grid:
+      personal_update(personal_weights, global_weights, train, tf.constant(candidate))
+      losses.append(mean_loss(model, validation))
+    return tf.gather(tf.constant(lambda_grid, tf.float32), tf.argmin(tf.stack(losses)))
+
+  @tf.function
+  def client_update(global_weights, personal_state, dataset):
+    if lambda_grid:
+      personal_weights = personal_state['model']
+      lambda_value = personal_state['ditto_lambda']
+      if lambda_value < 0:  # First participation: choose from the grid.
+        lambda_value = select_lambda(personal_weights, global_weights, dataset)
+    else:
+      personal_weights, lambda_value = personal_state, tf.constant(ditto_lambda)
+    personal_update(personal_weights, global_weights, dataset, lambda_value)
     new_personal = tf.nest.map_structure(tf.identity, variables)
+    if lambda_grid:
+      new_personal = collections.OrderedDict(model=new_personal, ditto_lambda=lambda_value)
     model.reset_metrics()  # Training metrics are the global model's, as FedAvg's.
 
     assign(global_weights)
@@ -91,7 +144,7 @@ def build_client_update(
         tf.subtract, global_weights.trainable, variables.trainable
     )
     return shared_model.client_result(
-        update, num_examples, new_personal, personal_weights, model
+        update, num_examples, new_personal, personal_state, model
     )
 
   return client_update
@@ -109,6 +162,7 @@ def build_ditto(
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     attack_boost: float = 1.0,
+    lambda_grid: Sequence[float] = (),
 ) -> process_lib.PersonalizedProcess:
   """Builds Ditto; see the module docstring.
 
@@ -124,16 +178,29 @@ def build_ditto(
     model_aggregator: weighted aggregation of the global updates (default:
       mean; pass a robust factory for "Ditto + robust aggregation").
     attack_boost: the model-replacement attackers' factor.
+    lambda_grid: candidates of the per-client lambda (empty: `ditto_lambda`
+      for every client).
   """
   if ditto_lambda < 0:
     raise ValueError(f'ditto_lambda must be >= 0, got {ditto_lambda}.')
+  lambda_grid = tuple(float(c) for c in lambda_grid)
+  if any(c < 0 for c in lambda_grid):
+    raise ValueError(f'The lambda grid must hold values >= 0, got {list(lambda_grid)}.')
   if personal_steps < 0 or (personal_steps == 0 and personal_passes < 1):
     raise ValueError('Ditto needs personal_steps > 0 or personal_passes >= 1.')
   initial_weights = model.initial_weights(seed)
+  if lambda_grid:
+    new_client_state = lambda client_id, global_weights: collections.OrderedDict(
+        model=global_weights, ditto_lambda=np.float32(UNSELECTED_LAMBDA)
+    )
+    personal_model = lambda personal_state: personal_state['model']
+  else:
+    new_client_state = lambda client_id, global_weights: global_weights
+    personal_model = lambda personal_state: personal_state
   return shared_model.build_process(
       model,
       initial_shared_weights=initial_weights,
-      personal_type=shared_model.weights_type(initial_weights),
+      personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
       client_update_fn=lambda: build_client_update(
           model.tff_model_fn,
           ditto_lambda=ditto_lambda,
@@ -143,10 +210,11 @@ def build_ditto(
           ),
           personal_steps=personal_steps,
           personal_passes=personal_passes,
+          lambda_grid=lambda_grid,
       ),
-      assemble_fn=lambda global_weights, personal_weights: personal_weights,
+      assemble_fn=lambda global_weights, personal_state: personal_model(personal_state),
       # A new client's personal model starts from the current global model.
-      initial_personal_state_fn=lambda client_id, global_weights: global_weights,
+      initial_personal_state_fn=new_client_state,
       server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
       attack_boost=attack_boost,

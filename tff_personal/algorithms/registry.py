@@ -33,6 +33,8 @@ class AlgorithmOptions:
     fedper_linear_base: FedPer's ablation, the base replaced by one linear
       layer.
     ditto_lambda: Ditto's lambda, the pull of personal models to the global.
+    ditto_lambda_grid: candidates of Ditto's per-client lambda (empty: every
+      client uses `ditto_lambda`).
     ditto_personal_learning_rate: Ditto's personal SGD rate (None: the
       client's).
     ditto_personal_steps: Ditto's personal SGD steps a round (0: passes).
@@ -58,6 +60,7 @@ class AlgorithmOptions:
   fedper_finetune_epochs: int = 0
   fedper_linear_base: bool = False
   ditto_lambda: float = 0.1
+  ditto_lambda_grid: tuple[float, ...] = ()
   ditto_personal_learning_rate: Optional[float] = None
   ditto_personal_steps: int = 0
   ditto_personal_epochs: int = 1
@@ -131,6 +134,7 @@ def build_algorithm(
         seed=options.seed,
         model_aggregator=model_aggregator,
         attack_boost=attack_boost,
+        lambda_grid=options.ditto_lambda_grid,
     )
   if name == 'local':
     return local.build_local(

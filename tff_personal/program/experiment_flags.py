@@ -65,6 +65,26 @@ DITTO_LAMBDA = flags.DEFINE_float(
     'ditto_lambda', 0.1, 'Ditto: pull of personal models to the global model.',
     lower_bound=0.0,
 )
+DITTO_LAMBDA_GRID = flags.DEFINE_list(
+    'ditto_lambda_grid', [],
+    'Ditto: per-client lambda, chosen at a client\'s first participation from'
+    ' these candidates by validation loss on a fifth of its round data'
+    ' (overrides --ditto_lambda); e.g. 0.05,0.1,0.2 under strong attacks,'
+    ' 0.1,1,2 otherwise (Li et al. 2021).',
+)
+
+
+def _is_lambda_grid(values: list[str]) -> bool:
+  try:
+    return all(float(v) >= 0 for v in values)
+  except ValueError:
+    return False
+
+
+flags.register_validator(
+    'ditto_lambda_grid', _is_lambda_grid,
+    message='--ditto_lambda_grid must be a comma-separated list of numbers >= 0.',
+)
 DITTO_PERSONAL_LEARNING_RATE = flags.DEFINE_float(
     'ditto_personal_learning_rate', None,
     "Ditto: personal SGD learning rate; default: --client_learning_rate.",
@@ -273,6 +293,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       fedper_finetune_epochs=FEDPER_FINETUNE_EPOCHS.value,
       fedper_linear_base=FEDPER_LINEAR_BASE.value,
       ditto_lambda=DITTO_LAMBDA.value,
+      ditto_lambda_grid=tuple(float(v) for v in DITTO_LAMBDA_GRID.value),
       ditto_personal_learning_rate=DITTO_PERSONAL_LEARNING_RATE.value,
       ditto_personal_steps=DITTO_PERSONAL_STEPS.value,
       ditto_personal_epochs=DITTO_PERSONAL_EPOCHS.value,
