@@ -108,7 +108,7 @@ def build_files():
     targets = [target(p, modules) for p in folder_paths]
     contents[os.path.join(folder, 'BUILD')] = HEADER + '\n' + '\n\n'.join(targets) + '\n'
   contents['configs/BUILD'] = HEADER + (
-      '\nfilegroup(\n    name = "configs",\n    srcs = glob(["*.flags"]),\n)\n'
+      '\nfilegroup(\n    name = "configs",\n    srcs = glob(["**/*.flags"]),\n)\n'
   )
   return contents
 
