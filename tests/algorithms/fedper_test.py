@@ -154,3 +154,27 @@ def test_non_finite_client_keeps_its_layers_and_is_counted(process):
   output = run_next(process, state, [poisoned], [start])
   assert output.metrics['non_finite_clients'] == 1
   np.testing.assert_array_equal(output.personal_states[0].trainable[0], start.trainable[0])
+
+
+def test_dp_noise_reaches_the_base_only():
+  """DP clips and noises the base update; personal layers take no noise."""
+  from tff_personal.aggregators import dp  # pylint: disable=g-import-not-at-top
+
+  def one_round(noise_multiplier):
+    process = fedper.build_fedper(
+        MODEL, personal_blocks=1, client_learning_rate=LEARNING_RATE, seed=3,
+        model_aggregator=dp.build_dp_aggregator(
+            noise_multiplier=noise_multiplier, clients_per_round=2, clip_norm=0.5
+        ),
+    )
+    state = process.initialize()
+    data = [batches_dataset(client_batches(i, [4, 3])) for i in (1, 2)]
+    start = [process.initial_personal_state(c, None) for c in ('a', 'b')]
+    output = run_next(process, state, data, start)
+    return process.get_model_weights(output.state), output.personal_states
+
+  clean_base, clean_personal = one_round(0.0)
+  noisy_base, noisy_personal = one_round(20.0)
+  for a, b in zip(tf.nest.flatten(clean_personal), tf.nest.flatten(noisy_personal)):
+    np.testing.assert_array_equal(a, b)
+  assert not np.allclose(clean_base.trainable[0], noisy_base.trainable[0])

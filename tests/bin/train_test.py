@@ -57,6 +57,10 @@ def one_line_error(capsys, excinfo):
         (['--attack_fraction=1.0'], r'--attack_fraction must be in \[0, 1\)'),
         (['--attack=backdoor'], '--attack=backdoor: value should be one of <none'),
         (['--finetune_epochs=-1'], '--finetune_epochs=-1'),
+        (['--dp_noise_multiplier=-1'], '--dp_noise_multiplier=-1'),
+        (['--dp_clip_norm=0'], '--dp_clip_norm must be > 0'),
+        (['--dp_target_epsilon=0'], '--dp_target_epsilon must be > 0'),
+        (['--dp_delta=1.5'], r'--dp_delta must be in \(0, 1\)'),
         (['--ditto_lambda_grid=0.1,-1'], '--ditto_lambda_grid must be a comma-separated list'),
         (['--ditto_lambda_grid=0.1,x'], '--ditto_lambda_grid must be a comma-separated list'),
         (['--finetune_learning_rate=0'], '--finetune_learning_rate must be > 0'),
@@ -108,6 +112,26 @@ def test_smoke_run_writes_every_output(capsys, cache_dir, tmp_path):
   summary = outputs.read_json(experiment.summary_path)
   assert summary['rounds_completed'] == 2 and summary['num_eval_clients'] == 6
   assert len(outputs.RoundCsv(experiment.eval_path).read()) == 6
+
+
+def test_target_epsilon_run_calibrates_and_reports_its_budget(capsys, cache_dir, tmp_path):
+  from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  run_main(SMALL_RUN + [
+      f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}', '--experiment_name=dp',
+      '--total_rounds=2', '--algorithm=fedavg', '--dp_clip_norm=0.5',
+      '--dp_target_epsilon=5',
+  ])
+  summary = outputs.read_json(outputs.ExperimentDir(str(tmp_path), 'dp').summary_path)
+  population = summary['num_clients']
+  delta = accounting.default_delta(population)
+  noise = summary['run_config']['dp_resolved_noise_multiplier']
+  assert summary['run_config']['dp_resolved_delta'] == delta
+  assert summary['privacy']['privacy/noise_multiplier'] == noise
+  assert summary['privacy']['privacy/epsilon'] == pytest.approx(
+      accounting.epsilon(noise, population, 3, 2, delta), rel=1e-12
+  )
+  assert 4.99 < summary['privacy']['privacy/epsilon'] <= 5.0
 
 
 def test_killed_run_resumes_to_the_uninterrupted_results(cache_dir, tmp_path):
@@ -196,6 +220,20 @@ def test_bad_fedper_flags(argv, expected, capsys, cache_dir, tmp_path):
          '--attack=model_replacement: --algorithm=fedprox cannot simulate update attacks'),
         (['--algorithm=fedavg', '--attack=label_poison'],
          '--attack=label_poison needs --attack_fraction in (0, 1), got 0.'),
+        (['--algorithm=fedavg', '--dp_noise_multiplier=1'],
+         '--dp_noise_multiplier needs DP: give --dp_clip_norm or --dp_adaptive_clipping.'),
+        (['--algorithm=local', '--dp_clip_norm=1'],
+         '--algorithm=local sends no update: DP flags apply to fedavg'),
+        (['--algorithm=fedavg', '--dp_clip_norm=1', '--aggregator=median'],
+         '--aggregator=median cannot be combined with DP'),
+        (['--algorithm=fedavg', '--dp_clip_norm=1', '--dp_noise_multiplier=1',
+          '--dp_target_epsilon=3'],
+         'Give --dp_noise_multiplier or --dp_target_epsilon, not both.'),
+        (['--algorithm=fedavg', '--dp_clip_norm=1', '--dp_target_epsilon=0.00001'],
+         '--dp_target_epsilon=1e-05: epsilon=1e-05 is unreachable in'),
+        (['--algorithm=fedavg', '--dp_adaptive_clipping', '--dp_noise_multiplier=1',
+          '--clients_per_round=4'],
+         '--dp_adaptive_clipping with noise multiplier 1 needs --clients_per_round > 10'),
     ],
 )
 def test_bad_aggregator_flags(argv, expected, capsys, cache_dir, tmp_path):

@@ -215,3 +215,33 @@ def test_finetuning_reports_the_trained_model_and_its_finetuned_copy(algorithm, 
   assert tuned_eval['eval/loss_mean'] < plain_eval['eval/loss_mean']
   rows = _final_eval_rows(tmp_path, 'tuned')
   assert all('before_finetune/loss' in r for r in rows.values())
+
+
+def test_dp_run_reports_epsilon_every_round_and_resume_keeps_the_ledger(tmp_path):
+  from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  options = dataclasses.replace(
+      OPTIONS, clients_per_round=3, dp_clip_norm=1.0, dp_noise_multiplier=1.2
+  )
+  process = algorithm_registry.build_algorithm('fedavg', TASK, options)
+
+  def run(name, rounds):
+    config = training_loop.TrainingConfig(
+        **{**CONFIG.__dict__, 'total_rounds': rounds, 'dp_noise_multiplier': 1.2,
+           'dp_delta': 1e-3}
+    )
+    return training_loop.run_training(
+        TASK, process, config, outputs.ExperimentDir(str(tmp_path), name),
+        run_config={'dp': True},
+    )
+
+  summary = run('full', 4)
+  run('resumed', 2)
+  run('resumed', 4)
+  expected = [accounting.epsilon(1.2, 6, 3, r, 1e-3) for r in range(1, 5)]
+  for name in ('full', 'resumed'):
+    rows = outputs.RoundCsv(outputs.ExperimentDir(str(tmp_path), name).metrics_path).read()
+    assert [float(r['privacy/epsilon']) for r in rows] == pytest.approx(expected, rel=1e-12)
+    assert {r['privacy/noise_multiplier'] for r in rows} == {'1.2'}
+  assert summary['privacy']['privacy/epsilon'] == pytest.approx(expected[-1], rel=1e-12)
+  assert summary['privacy']['privacy/delta'] == 1e-3

@@ -51,6 +51,12 @@ class AlgorithmOptions:
     aggregator_target_quantile: adaptive clipping's target quantile.
     attack_boost: model-replacement attackers' factor (None: clients per
       round).
+    dp_clip_norm: user-level DP with this fixed clip norm C (None: no fixed
+      clipping).
+    dp_adaptive_clipping: user-level DP with adaptive clipping.
+    dp_initial_clip_norm: adaptive clipping's initial C.
+    dp_target_quantile: adaptive clipping's target quantile of update norms.
+    dp_noise_multiplier: DP's noise multiplier z (0: clipping only).
   """
 
   client_learning_rate: float = 0.02
@@ -74,6 +80,15 @@ class AlgorithmOptions:
   aggregator_clip_norm: Optional[float] = None
   aggregator_target_quantile: float = 0.5
   attack_boost: Optional[float] = None
+  dp_clip_norm: Optional[float] = None
+  dp_adaptive_clipping: bool = False
+  dp_initial_clip_norm: float = 0.1
+  dp_target_quantile: float = 0.5
+  dp_noise_multiplier: float = 0.0
+
+  @property
+  def differentially_private(self) -> bool:
+    return self.dp_clip_norm is not None or self.dp_adaptive_clipping
 
 
 def build_algorithm(
@@ -81,6 +96,7 @@ def build_algorithm(
 ) -> 'process_lib.PersonalizedProcess':
   """Builds the algorithm `name` for `task`'s model."""
   # Imported here so that importing the registry stays cheap.
+  from tff_personal.aggregators import dp  # pylint: disable=g-import-not-at-top
   from tff_personal.aggregators import robust  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import ditto  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
@@ -93,7 +109,24 @@ def build_algorithm(
   if attack_boost is None:
     attack_boost = float(options.clients_per_round)
   model_aggregator = None
-  if options.aggregator != 'mean':
+  if options.differentially_private:
+    if name not in AGGREGATING_ALGORITHMS:
+      raise ValueError(f'{name} sends no update: differential privacy has nothing to protect.')
+    if options.aggregator != 'mean':
+      raise ValueError(
+          f'DP cannot follow the {options.aggregator} aggregator: a robust rule'
+          ' reads individual updates, so its output carries no DP guarantee; DP'
+          ' clips and averages itself (use the mean).'
+      )
+    model_aggregator = dp.build_dp_aggregator(
+        noise_multiplier=options.dp_noise_multiplier,
+        clients_per_round=options.clients_per_round,
+        clip_norm=options.dp_clip_norm,
+        adaptive=options.dp_adaptive_clipping,
+        initial_clip_norm=options.dp_initial_clip_norm,
+        target_quantile=options.dp_target_quantile,
+    )
+  elif options.aggregator != 'mean':
     model_aggregator = robust.build_aggregator(
         options.aggregator,
         clients_per_round=options.clients_per_round,

@@ -10,7 +10,7 @@ error and exit code 2.
 import contextlib
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn, Optional
 
 from absl import flags
 
@@ -149,6 +149,54 @@ ATTACK_BOOST = flags.DEFINE_float(
     'attack_boost', None,
     'model_replacement: factor of the update; default: --clients_per_round.',
     lower_bound=0.0,
+)
+
+# User-level differential privacy (McMahan et al. 2018), aggregators/dp.py.
+DP_CLIP_NORM = flags.DEFINE_float(
+    'dp_clip_norm', None, 'DP with fixed clipping of every update to this L2 norm.'
+)
+flags.register_validator(
+    'dp_clip_norm', lambda value: value is None or value > 0,
+    message='--dp_clip_norm must be > 0.',
+)
+DP_ADAPTIVE_CLIPPING = flags.DEFINE_bool(
+    'dp_adaptive_clipping', False,
+    'DP with adaptive clipping to --dp_target_quantile of the update norms.',
+)
+DP_INITIAL_CLIP_NORM = flags.DEFINE_float(
+    'dp_initial_clip_norm', 0.1, 'Adaptive clipping: the initial clip norm.'
+)
+flags.register_validator(
+    'dp_initial_clip_norm', lambda value: value > 0,
+    message='--dp_initial_clip_norm must be > 0.',
+)
+DP_TARGET_QUANTILE = flags.DEFINE_float(
+    'dp_target_quantile', 0.5, 'Adaptive clipping: target quantile of update norms.'
+)
+flags.register_validator(
+    'dp_target_quantile', lambda value: 0 < value < 1,
+    message='--dp_target_quantile must be in (0, 1).',
+)
+DP_NOISE_MULTIPLIER = flags.DEFINE_float(
+    'dp_noise_multiplier', None,
+    'DP: noise std / clip norm (default 0: clipping only, epsilon = inf).',
+    lower_bound=0.0,
+)
+DP_TARGET_EPSILON = flags.DEFINE_float(
+    'dp_target_epsilon', None,
+    'DP: calibrate the noise multiplier so that epsilon after --total_rounds'
+    ' is this (instead of --dp_noise_multiplier).',
+)
+flags.register_validator(
+    'dp_target_epsilon', lambda value: value is None or value > 0,
+    message='--dp_target_epsilon must be > 0.',
+)
+DP_DELTA = flags.DEFINE_float(
+    'dp_delta', None, 'DP: delta of the reported epsilon; default 1 / N^1.1 (N clients).'
+)
+flags.register_validator(
+    'dp_delta', lambda value: value is None or 0 < value < 1,
+    message='--dp_delta must be in (0, 1).',
 )
 
 # Evaluation, checkpoints and outputs.
@@ -307,6 +355,11 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       aggregator_clip_norm=AGGREGATOR_CLIP_NORM.value,
       aggregator_target_quantile=AGGREGATOR_TARGET_QUANTILE.value,
       attack_boost=ATTACK_BOOST.value,
+      dp_clip_norm=DP_CLIP_NORM.value,
+      dp_adaptive_clipping=DP_ADAPTIVE_CLIPPING.value,
+      dp_initial_clip_norm=DP_INITIAL_CLIP_NORM.value,
+      dp_target_quantile=DP_TARGET_QUANTILE.value,
+      dp_noise_multiplier=_DP.noise_multiplier if _DP else 0.0,
   )
 
 
@@ -327,6 +380,8 @@ def training_config():
       seed=SEED.value,
       attack=ATTACK.value,
       attack_fraction=ATTACK_FRACTION.value,
+      dp_noise_multiplier=_DP.noise_multiplier if _DP else None,
+      dp_delta=_DP.delta if _DP else None,
       finetune_epochs=FINETUNE_EPOCHS.value,
       finetune_learning_rate=(
           CLIENT_LEARNING_RATE.value
@@ -341,8 +396,12 @@ def experiment_name() -> str:
 
 
 def run_config() -> dict[str, Any]:
-  """The flags that define the run, by name."""
-  return {holder.name: holder.value for holder in _RUN_FLAGS}
+  """The flags that define the run, by name (and DP's resolved noise and delta)."""
+  config = {holder.name: holder.value for holder in _RUN_FLAGS}
+  if _DP:
+    config['dp_resolved_noise_multiplier'] = _DP.noise_multiplier
+    config['dp_resolved_delta'] = _DP.delta
+  return config
 
 
 def resolved_flagfile() -> str:
@@ -454,10 +513,69 @@ def _check_attack_flags() -> None:
     )
 
 
+class DpSettings(NamedTuple):
+  """The noise multiplier and delta a DP run uses (resolved from the flags)."""
+
+  noise_multiplier: float
+  delta: float
+
+
+_DP: Optional[DpSettings] = None  # Set by build_algorithm.
+
+
+def _resolve_dp_flags(task) -> Optional[DpSettings]:
+  """Checks the DP flags; calibrates the noise to --dp_target_epsilon."""
+  dp_on = DP_CLIP_NORM.value is not None or DP_ADAPTIVE_CLIPPING.value
+  if not dp_on:
+    for flag in (DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA):
+      if flag.value is not None:
+        raise UsageError(
+            f'--{flag.name} needs DP: give --dp_clip_norm or --dp_adaptive_clipping.'
+        )
+    return None
+  if DP_CLIP_NORM.value is not None and DP_ADAPTIVE_CLIPPING.value:
+    raise UsageError('--dp_clip_norm and --dp_adaptive_clipping exclude each other.')
+  if ALGORITHM.value not in algorithm_registry.AGGREGATING_ALGORITHMS:
+    raise UsageError(
+        f'--algorithm={ALGORITHM.value} sends no update: DP flags apply to '
+        + ', '.join(algorithm_registry.AGGREGATING_ALGORITHMS) + '.'
+    )
+  if AGGREGATOR.value != 'mean':
+    raise UsageError(
+        f'--aggregator={AGGREGATOR.value} cannot be combined with DP: a robust'
+        ' rule reads individual updates, so its output has no DP guarantee;'
+        ' DP clips and averages by itself (use --aggregator=mean).'
+    )
+  if DP_NOISE_MULTIPLIER.value is not None and DP_TARGET_EPSILON.value is not None:
+    raise UsageError('Give --dp_noise_multiplier or --dp_target_epsilon, not both.')
+  from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  population = POPULATION.value or len(task.client_ids)
+  delta = DP_DELTA.value or accounting.default_delta(population)
+  noise = DP_NOISE_MULTIPLIER.value or 0.0
+  if DP_TARGET_EPSILON.value is not None:
+    try:
+      noise = accounting.calibrate_noise_multiplier(
+          DP_TARGET_EPSILON.value, population, CLIENTS_PER_ROUND.value,
+          TOTAL_ROUNDS.value, delta,
+      )
+    except accounting.UnreachableEpsilonError as e:
+      raise UsageError(f'--dp_target_epsilon={DP_TARGET_EPSILON.value}: {e}') from e
+  if DP_ADAPTIVE_CLIPPING.value and noise >= 0.1 * CLIENTS_PER_ROUND.value:
+    raise UsageError(
+        f'--dp_adaptive_clipping with noise multiplier {noise:.4g} needs'
+        f' --clients_per_round > {noise / 0.1:.4g}: the clip estimate\'s own noise'
+        ' (0.05 * clients per round) must stay below half the total.'
+    )
+  return DpSettings(noise, delta)
+
+
 def build_algorithm(task):
   """The process of --algorithm for `task`; bad algorithm flags -> UsageError."""
+  global _DP
   _check_aggregator_flags()
   _check_attack_flags()
+  _DP = _resolve_dp_flags(task)
   if ALGORITHM.value == 'fedper':
     num_blocks = len(task.model.blocks)
     personal_blocks = FEDPER_PERSONAL_LAYERS.value

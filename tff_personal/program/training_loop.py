@@ -61,6 +61,9 @@ class TrainingConfig:
     finetune_epochs: epochs of SGD on a client's own training data before it
       is evaluated (the fine-tuning baseline); 0: none.
     finetune_learning_rate: the fine-tuning SGD's learning rate.
+    dp_noise_multiplier: the DP noise multiplier of the aggregator (None: no
+      DP); each round then reports the epsilon spent (`privacy/...`).
+    dp_delta: delta of that epsilon.
   """
 
   total_rounds: int
@@ -78,6 +81,8 @@ class TrainingConfig:
   attack_fraction: float = 0.0
   finetune_epochs: int = 0
   finetune_learning_rate: float = 0.0
+  dp_noise_multiplier: Optional[float] = None
+  dp_delta: Optional[float] = None
 
 
 class ResumeError(Exception):
@@ -96,7 +101,9 @@ def _check_finite(round_num: int, metrics: Mapping[str, Any]) -> None:
   bad = sorted(
       name
       for name, value in metrics.items()
+      # epsilon is inf without noise: a budget, not a diverged value.
       if isinstance(value, float) and not np.isfinite(value)
+      and not name.startswith('privacy/')
   )
   if metrics.get('finalizer/update_non_finite', 0):
     bad.append('finalizer/update_non_finite=1 (the aggregated update was rejected)')
@@ -244,6 +251,7 @@ def run_training(
         task, process, state, personal, population, client_index, threat, round_num, config
     )
     row['round_seconds'] = time.monotonic() - started
+    row.update(_privacy_metrics(config, len(population), round_num))
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
           task, process, state, personal, eval_population, client_index, threat,
@@ -278,12 +286,29 @@ def run_training(
       num_eval_clients=len(eval_population),
       accuracy_metric=accuracy_name,
       num_adversaries=len(threat.adversaries),
+      privacy=_privacy_metrics(config, len(population), config.total_rounds),
       elapsed_seconds=elapsed,
       final_eval=last_eval_summary,
       run_config=dict(run_config),
   )
   outputs.write_json(experiment.summary_path, summary)
   return summary
+
+
+def _privacy_metrics(config: TrainingConfig, population: int, rounds: int) -> dict[str, float]:
+  """epsilon spent after `rounds` rounds (`privacy.accounting`); {} without DP."""
+  if config.dp_noise_multiplier is None:
+    return {}
+  from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  return collections.OrderedDict([
+      ('privacy/epsilon', accounting.epsilon(
+          config.dp_noise_multiplier, population, config.clients_per_round, rounds,
+          config.dp_delta,
+      )),
+      ('privacy/delta', config.dp_delta),
+      ('privacy/noise_multiplier', config.dp_noise_multiplier),
+  ])
 
 
 class _Threat:

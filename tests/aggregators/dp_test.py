@@ -1,0 +1,98 @@
+"""DP-FedAvg's aggregator: clipping bound, noise scale, the noise-norm helper."""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tests.aggregators.robust_test import build_round
+from tff_personal.aggregators import dp
+
+K = 4
+DIM = 20_000  # Coordinates per draw: many independent noise samples at once.
+VECTOR = tff.TensorType(np.float32, [DIM])
+
+
+@pytest.fixture(scope='module')
+def clip_only():
+  return build_round(
+      dp.build_dp_aggregator(noise_multiplier=0.0, clients_per_round=K, clip_norm=1.0),
+      tff.TensorType(np.float32, [3]),
+  )
+
+
+@pytest.fixture(scope='module')
+def noisy():
+  """z = 1.5, C = 2, K = 4: noise std in the mean 0.75 per coordinate."""
+  return build_round(
+      dp.build_dp_aggregator(noise_multiplier=1.5, clients_per_round=K, clip_norm=2.0), VECTOR
+  )
+
+
+def test_one_huge_update_moves_the_mean_by_at_most_clip_over_k(clip_only):
+  honest = [np.array([0.1, -0.2, 0.05], np.float32)] * 3
+  huge = np.array([3e6, -4e6, 0.0], np.float32)
+  without, _ = clip_only(honest + [np.zeros(3, np.float32)], [1.0] * 4)
+  with_huge, _ = clip_only(honest + [huge], [1.0] * 4)
+  # The huge update is clipped to norm C = 1 along its direction (0.6, -0.8).
+  np.testing.assert_allclose(with_huge - without, [0.6 / K, -0.8 / K, 0.0], atol=1e-6)
+  assert np.linalg.norm(with_huge - without) <= 1.0 / K + 1e-6
+  # Small updates pass unclipped; the mean divides by K, weights are ignored.
+  np.testing.assert_allclose(without, 3 * honest[0] / K, rtol=1e-6)
+  reweighted, _ = clip_only(honest + [np.zeros(3, np.float32)], [1.0, 50.0, 2.0, 7.0])
+  np.testing.assert_array_equal(reweighted, without)
+
+
+def test_noise_has_the_stated_standard_deviation(noisy):
+  zeros = [np.zeros(DIM, np.float32)] * K
+  draws = np.concatenate([noisy(zeros, [1.0] * K)[0] for _ in range(5)])
+  expected = dp.noise_stddev_of_mean(1.5, 2.0, K)
+  assert expected == 0.75
+  # 100,000 draws: the sample std's standard error is 0.75 / sqrt(2e5) ~ 0.0017,
+  # so a 2% band (about 9 standard errors) fails a wrong scale, not chance.
+  assert abs(np.std(draws) / expected - 1) < 0.02
+  assert abs(np.mean(draws)) < 5 * expected / np.sqrt(draws.size)
+
+
+def test_expected_noise_squared_norm_matches_the_empirical_mean(noisy):
+  zeros = [np.zeros(DIM, np.float32)] * K
+  squared_norms = [float(np.sum(noisy(zeros, [1.0] * K)[0] ** 2)) for _ in range(5)]
+  expected = dp.expected_noise_squared_norm(DIM, 1.5, 2.0, K)
+  assert expected == pytest.approx(DIM * 0.75**2)
+  # Relative standard error of the mean of 5 chi-square(20,000) draws: ~0.45%.
+  assert abs(np.mean(squared_norms) / expected - 1) < 0.03
+
+
+def test_adaptive_clipping_reports_its_clip_and_spends_part_of_the_budget():
+  assert dp.value_noise_multiplier(1.0, 100, adaptive=True) > 1.0
+  assert dp.value_noise_multiplier(1.0, 100, adaptive=False) == 1.0
+  one_round = build_round(
+      dp.build_dp_aggregator(
+          noise_multiplier=0.0, clients_per_round=K, adaptive=True, initial_clip_norm=0.5
+      ),
+      tff.TensorType(np.float32, [3]),
+  )
+  values = [np.array([1.0, 0.0, 0.0], np.float32), np.array([0.1, 0.0, 0.0], np.float32)]
+  result, _ = one_round(values, [1.0, 1.0])
+  # Initial clip 0.5: the first update is clipped to 0.5, the second passes.
+  np.testing.assert_allclose(result, [0.6 / K, 0.0, 0.0], rtol=1e-6)
+
+
+def test_num_parameters():
+  value_type = tff.StructType(
+      [tff.TensorType(np.float32, [2, 3]), tff.StructType([tff.TensorType(np.float32, [4])])]
+  )
+  assert dp.num_parameters(value_type) == 10
+
+
+@pytest.mark.parametrize(
+    'kwargs, message',
+    [
+        (dict(noise_multiplier=-1.0, clip_norm=1.0), 'noise multiplier must be >= 0'),
+        (dict(noise_multiplier=1.0, clip_norm=0.0), 'clip norm must be > 0'),
+        (dict(noise_multiplier=1.0), 'clip norm must be > 0'),
+        (dict(noise_multiplier=1.0, clip_norm=1.0, adaptive=True), 'not both'),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    dp.build_dp_aggregator(clients_per_round=K, **kwargs)

@@ -1,0 +1,124 @@
+"""User-level differential privacy of the shared update (DP-FedAvg).
+
+McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent
+Language Models" (ICLR 2018): every client's update is clipped to L2 norm C,
+the clipped updates are summed, Gaussian noise N(0, (z C)^2 I) is added to
+the sum, and the sum is divided by the fixed number of clients per round K.
+So one client moves the mean by at most C / K before noise, and the noise in
+the mean has standard deviation z C / K per coordinate.
+
+The mechanism is TFF's `tff.aggregators.DifferentiallyPrivateFactory` over
+tensorflow-privacy's DP queries:
+  * fixed clipping: `gaussian_fixed(z, K, C)`;
+  * adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially
+    Private Learning with Adaptive Clipping", NeurIPS 2021):
+    `gaussian_adaptive(z, K, C0, target_quantile)`; C follows a private
+    estimate of the target quantile of the update norms, and part of the
+    budget z pays for that estimate (the value's own noise multiplier,
+    `value_noise_multiplier`, is slightly above z).
+
+DP-FedAvg is unweighted: each sampled client's clipped update counts once,
+so the factory ignores the example weights (`as_weighted_aggregator`). It
+applies to whatever an algorithm sends (FedAvg's model update, FedPer's base
+update, Ditto's global update); personal variables never leave the client
+and take no noise.
+
+  aggregate: (<{U}@CLIENTS, {float32}@CLIENTS> -> mean of the clipped U + noise @SERVER)
+"""
+
+import math
+from typing import Optional
+
+import tensorflow_federated as tff
+from tensorflow_federated.python.aggregators import differential_privacy as tff_dp
+
+
+def value_noise_multiplier(
+    noise_multiplier: float, clients_per_round: int, adaptive: bool
+) -> float:
+  """The noise multiplier of the update itself (above z with adaptive clipping)."""
+  if not adaptive or noise_multiplier == 0:
+    return float(noise_multiplier)
+  value, _ = tff_dp.adaptive_clip_noise_params(
+      noise_multiplier, float(clients_per_round), None
+  )
+  return float(value)
+
+
+def build_dp_aggregator(
+    *,
+    noise_multiplier: float,
+    clients_per_round: int,
+    clip_norm: Optional[float] = None,
+    adaptive: bool = False,
+    initial_clip_norm: float = 0.1,
+    target_quantile: float = 0.5,
+) -> tff.aggregators.WeightedAggregationFactory:
+  """DP-FedAvg's aggregator (module docstring), weights ignored.
+
+  Args:
+    noise_multiplier: z >= 0 (0: clipping only).
+    clients_per_round: K, the fixed denominator of the mean.
+    clip_norm: C > 0 of fixed clipping.
+    adaptive: clip adaptively to `target_quantile` starting at
+      `initial_clip_norm` (then `clip_norm` must be None).
+    initial_clip_norm: C0 of adaptive clipping.
+    target_quantile: the quantile of update norms adaptive clipping tracks.
+
+  Raises:
+    ValueError: for a negative z, a non-positive C or K, or a missing or
+      doubly given clipping choice.
+  """
+  if noise_multiplier < 0:
+    raise ValueError(f'The noise multiplier must be >= 0, got {noise_multiplier}.')
+  if clients_per_round < 1:
+    raise ValueError(f'clients_per_round must be >= 1, got {clients_per_round}.')
+  if adaptive:
+    if clip_norm is not None:
+      raise ValueError('Give a fixed clip norm or adaptive clipping, not both.')
+    if not 0 < target_quantile < 1 or initial_clip_norm <= 0:
+      raise ValueError(
+          'Adaptive clipping needs 0 < target_quantile < 1 and initial_clip_norm > 0.'
+      )
+    factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+        noise_multiplier,
+        float(clients_per_round),
+        initial_l2_norm_clip=initial_clip_norm,
+        target_unclipped_quantile=target_quantile,
+    )
+  else:
+    if clip_norm is None or not clip_norm > 0:
+      raise ValueError(f'The clip norm must be > 0, got {clip_norm}.')
+    factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+        noise_multiplier, float(clients_per_round), clip_norm
+    )
+  return tff.aggregators.as_weighted_aggregator(factory)
+
+
+def noise_stddev_of_mean(
+    noise_multiplier: float, clip_norm: float, clients_per_round: int
+) -> float:
+  """Per-coordinate standard deviation of the noise in the mean: z C / K."""
+  return noise_multiplier * clip_norm / clients_per_round
+
+
+def expected_noise_squared_norm(
+    num_parameters: int, noise_multiplier: float, clip_norm: float, clients_per_round: int
+) -> float:
+  """E||noise||^2 in the aggregated mean: d (z C / K)^2.
+
+  The NFL detector subtracts it from its divergence statistic. With adaptive
+  clipping pass `value_noise_multiplier(...)` and the round's clip norm.
+  """
+  if num_parameters < 0:
+    raise ValueError(f'num_parameters must be >= 0, got {num_parameters}.')
+  return num_parameters * noise_stddev_of_mean(
+      noise_multiplier, clip_norm, clients_per_round
+  ) ** 2
+
+
+def num_parameters(value_type: tff.Type) -> int:
+  """The number of scalars in a (structure of) tensor type(s)."""
+  if isinstance(value_type, tff.StructType):
+    return sum(num_parameters(t) for t in tff.structure.flatten(value_type))
+  return math.prod(value_type.shape)
