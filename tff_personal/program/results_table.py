@@ -28,11 +28,15 @@ SETTINGS = {
     'a2_50': 'A2 random updates, 50%',
     'a3_10': 'A3 model replacement, 10%',
     'a3_20': 'A3 model replacement, 20%',
+    'eps_inf': 'DP clipping, no noise (epsilon = inf)',
+    'eps_8': 'DP, epsilon = 8',
+    'eps_2': 'DP, epsilon = 2',
 }
 COLUMNS = {
     'fedavg': 'FedAvg',
     'fedavg+ft': 'Fine-tuning',
     'local': 'Local',
+    'fedper': 'FedPer',
     'ditto': 'Ditto',
     'ditto_median': 'Ditto + median',
 }

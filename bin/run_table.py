@@ -1,14 +1,16 @@
-"""Runs (or resumes) the Ditto table of one task and prints it in markdown.
+"""Runs (or resumes) a results table of one task and prints it in markdown.
 
-  bin/ditto_table.py --task=fmnist    # 6 settings x FedAvg/FT/Local/Ditto/Ditto+median
-  bin/ditto_table.py --task=femnist   # clean and A1 50%
+  bin/run_table.py --task=fmnist      # Ditto's attack table (configs/ditto_table)
+  bin/run_table.py --task=femnist
+  bin/run_table.py --configs_dir=configs/dp_table --task=femnist   # DP table
 
-Each row group is a flagfile `configs/ditto_table/<task>__<setting>__<column>.flags`
+Each cell group is a flagfile `<configs_dir>/<task>__<setting>__<column>.flags`
 that `bin/train.py --flagfile=...` runs alone; this program runs the ones
 without a complete `summary.json` (one after the other; a run interrupted is
 resumed from its checkpoint), then prints the table of benign clients'
-test accuracy (mean ± std (worst-10% mean)) and the checks of the shape
-Ditto's paper reports. Logs go to <root_output_dir>/<run>.log.
+test accuracy (mean ± std (worst-10% mean)), the privacy spent by DP runs,
+and the checks of the shape Ditto's paper reports where its settings are in
+the table. Logs go to <root_output_dir>/<run>.log.
 """
 
 import os
@@ -27,13 +29,19 @@ CONFIGS_DIR = flags.DEFINE_string(
     'configs_dir', os.path.join(_REPO, 'configs', 'ditto_table'), 'Directory of the flagfiles.'
 )
 ROOT_OUTPUT_DIR = flags.DEFINE_string(
-    'root_output_dir', os.path.join('output', 'ditto_table'),
-    "Overrides the flagfiles' --root_output_dir.",
+    'root_output_dir', None,
+    "Overrides the flagfiles' --root_output_dir (default: output/<configs_dir name>).",
 )
 OUTPUT_MARKDOWN = flags.DEFINE_string(
     'output_markdown', None, 'Also write the table to this file.'
 )
 RUN = flags.DEFINE_bool('run', True, 'Run missing experiments (False: only read results).')
+
+
+def _root() -> str:
+  return ROOT_OUTPUT_DIR.value or os.path.join(
+      'output', os.path.basename(os.path.normpath(CONFIGS_DIR.value))
+  )
 
 
 def _flag_value(flagfile: str, name: str) -> str:
@@ -51,14 +59,14 @@ def _flag_value(flagfile: str, name: str) -> str:
 
 
 def _run(run: results_table.Run) -> int:
-  os.makedirs(ROOT_OUTPUT_DIR.value, exist_ok=True)
-  log_path = os.path.join(ROOT_OUTPUT_DIR.value, f'{run.name}.log')
+  os.makedirs(_root(), exist_ok=True)
+  log_path = os.path.join(_root(), f'{run.name}.log')
   print(f'running {run.name} (log: {log_path})', flush=True)
   with open(log_path, 'a') as log:
     return subprocess.call(
         [
             sys.executable, os.path.join(_REPO, 'bin', 'train.py'),
-            f'--flagfile={run.flagfile}', f'--root_output_dir={ROOT_OUTPUT_DIR.value}',
+            f'--flagfile={run.flagfile}', f'--root_output_dir={_root()}',
         ],
         cwd=_REPO, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -78,10 +86,10 @@ def main(argv):
   try:
     runs = results_table.find_runs(CONFIGS_DIR.value, TASK.value)
   except FileNotFoundError as e:
-    sys.exit(f'ditto_table.py: error: --task={TASK.value}: {e}')
-  results = {}
+    sys.exit(f'run_table.py: error: --task={TASK.value}: {e}')
+  results, privacy = {}, []
   for run in runs:
-    experiment_dir = os.path.join(ROOT_OUTPUT_DIR.value, run.name)
+    experiment_dir = os.path.join(_root(), run.name)
     total_rounds = int(_flag_value(run.flagfile, 'total_rounds'))
     summary_path = os.path.join(experiment_dir, 'summary.json')
     summary = results_table.read_summary(summary_path, total_rounds)
@@ -89,11 +97,17 @@ def main(argv):
       code = _run(run)
       summary = results_table.read_summary(summary_path, total_rounds)
       if summary is None:
-        note = _last_line(os.path.join(ROOT_OUTPUT_DIR.value, f'{run.name}.log'))
+        note = _last_line(os.path.join(_root(), f'{run.name}.log'))
         results[(run.setting, run.column)] = f'failed (exit {code}): {note[:80]}'
     if summary is not None:
       for column, cell in results_table.cells_of_summary(run.column, summary).items():
         results[(run.setting, column)] = cell
+      if summary.get('privacy'):
+        spent = summary['privacy']
+        privacy.append(
+            f'- {run.name}: noise multiplier {spent["privacy/noise_multiplier"]:.4g},'
+            f' epsilon {spent["privacy/epsilon"]:.4g} at delta {spent["privacy/delta"]:.3g}'
+        )
   settings = results_table.in_table_order({r.setting for r in runs}, results_table.SETTINGS)
   columns = results_table.in_table_order({c for _, c in results}, results_table.COLUMNS)
   lines = [
@@ -101,7 +115,7 @@ def main(argv):
       '',
       results_table.markdown(results, settings, columns),
       '',
-  ] + [
+  ] + privacy + [
       f'- [{"x" if passed else " "}] {text}'
       for text, passed in results_table.ditto_shape_checks(results)
   ]
