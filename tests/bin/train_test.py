@@ -133,6 +133,15 @@ def test_target_epsilon_run_calibrates_and_reports_its_budget(capsys, cache_dir,
   )
   assert 4.99 < summary['privacy']['privacy/epsilon'] <= 5.0
 
+  # More rounds would need more noise from round 1: resuming is refused.
+  with pytest.raises(SystemExit) as excinfo:
+    run_main(SMALL_RUN + [
+        f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}', '--experiment_name=dp',
+        '--total_rounds=4', '--algorithm=fedavg', '--dp_clip_norm=0.5',
+        '--dp_target_epsilon=5',
+    ])
+  assert '--dp_resolved_noise_multiplier=' in one_line_error(capsys, excinfo)
+
 
 def test_killed_run_resumes_to_the_uninterrupted_results(cache_dir, tmp_path):
   common = SMALL_RUN + [

@@ -541,9 +541,17 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
         + ', '.join(algorithm_registry.AGGREGATING_ALGORITHMS) + '.'
     )
   if AGGREGATOR.value != 'mean':
+    reason = {
+        'norm_clip': 'DP already clips every update (--dp_clip_norm)',
+        'tff_robust': "its adaptive zeroing estimates the clients' norms without"
+        ' noise, which the accountant does not cover',
+    }.get(
+        AGGREGATOR.value,
+        'a server-side robust rule reads individual updates, so its output has'
+        ' no DP guarantee',
+    )
     raise UsageError(
-        f'--aggregator={AGGREGATOR.value} cannot be combined with DP: a robust'
-        ' rule reads individual updates, so its output has no DP guarantee;'
+        f'--aggregator={AGGREGATOR.value} cannot be combined with DP: {reason};'
         ' DP clips and averages by itself (use --aggregator=mean).'
     )
   if DP_NOISE_MULTIPLIER.value is not None and DP_TARGET_EPSILON.value is not None:
