@@ -29,11 +29,17 @@ _PROCESSES = {}
 
 
 def process_for(algorithm):
-  """The process of `algorithm`, or of 'ditto_grid' (Ditto, per-client lambda)."""
+  """The process of `algorithm`, of 'ditto_grid' (Ditto, per-client lambda) or
+  of 'fedper_nfl' (FedPer with the NFL detector)."""
   if algorithm not in _PROCESSES:
     if algorithm == 'ditto_grid':
       options = dataclasses.replace(OPTIONS, ditto_lambda_grid=(0.0, 0.1, 1.0))
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm('ditto', TASK, options)
+    elif algorithm == 'fedper_nfl':
+      options = dataclasses.replace(
+          OPTIONS, nfl_detection=True, nfl_warmup_rounds=1, nfl_window=3, nfl_threshold=0.0
+      )
+      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedper', TASK, options)
     else:
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm(algorithm, TASK, OPTIONS)
   return _PROCESSES[algorithm]
@@ -57,7 +63,9 @@ def without_timing(rows):
   return [{k: v for k, v in r.items() if k != 'round_seconds'} for r in rows]
 
 
-@pytest.mark.parametrize('algorithm', algorithm_registry.ALGORITHM_NAMES + ('ditto_grid',))
+@pytest.mark.parametrize(
+    'algorithm', algorithm_registry.ALGORITHM_NAMES + ('ditto_grid', 'fedper_nfl')
+)
 def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   summary = train(algorithm, tmp_path, 'full')
   full = outputs.ExperimentDir(str(tmp_path), 'full')
@@ -72,6 +80,9 @@ def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   assert os.path.exists(full.summary_path)
   assert os.path.isdir(full.tensorboard_dir)
   assert os.path.exists(full.store_path) == process_for(algorithm).has_personal_state
+  if algorithm == 'fedper_nfl':  # Flagged after the warm-up and a full window.
+    assert [r['nfl/flagged'] for r in rows] == ['0', '0', '1', '1', '1', '1']
+    assert summary['nfl'] == {'nfl/flagged': 1.0, 'nfl/round_flagged': 3.0}
 
   # A run of 4 rounds (the last one evaluates, as the uninterrupted run's
   # round 4 does), extended to 6 rounds: it resumes after round 4.

@@ -26,11 +26,26 @@ and take no noise.
   aggregate: (<{U}@CLIENTS, {float32}@CLIENTS> -> mean of the clipped U + noise @SERVER)
 """
 
+import dataclasses
 import math
 from typing import Optional
 
 import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import differential_privacy as tff_dp
+
+
+@dataclasses.dataclass(frozen=True)
+class DpSetting:
+  """Fixed-clipping DP of an aggregate: z, C and K."""
+
+  noise_multiplier: float
+  clip_norm: float
+  clients_per_round: int
+
+  def expected_noise_squared_norm(self, num_parameters: int) -> float:
+    return expected_noise_squared_norm(
+        num_parameters, self.noise_multiplier, self.clip_norm, self.clients_per_round
+    )
 
 
 def value_noise_multiplier(

@@ -44,7 +44,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
+from tff_personal.aggregators import dp
 from tff_personal.algorithms import shared_model
+from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
@@ -162,6 +164,8 @@ def build_ditto(
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     attack_boost: float = 1.0,
+    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
+    dp_setting: Optional[dp.DpSetting] = None,
     lambda_grid: Sequence[float] = (),
 ) -> process_lib.PersonalizedProcess:
   """Builds Ditto; see the module docstring.
@@ -178,6 +182,9 @@ def build_ditto(
     model_aggregator: weighted aggregation of the global updates (default:
       mean; pass a robust factory for "Ditto + robust aggregation").
     attack_boost: the model-replacement attackers' factor.
+    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
+    dp_setting: the fixed-clipping DP of `model_aggregator` (for the
+      detector's statistic).
     lambda_grid: candidates of the per-client lambda (empty: `ditto_lambda`
       for every client).
   """
@@ -218,4 +225,6 @@ def build_ditto(
       server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
       attack_boost=attack_boost,
+      nfl_detector=nfl_detector,
+      dp_setting=dp_setting,
   )

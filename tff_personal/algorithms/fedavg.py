@@ -25,7 +25,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
+from tff_personal.aggregators import dp
 from tff_personal.algorithms import shared_model
+from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
@@ -61,6 +63,8 @@ def build_fedavg(
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     attack_boost: float = 1.0,
+    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
+    dp_setting: Optional[dp.DpSetting] = None,
 ) -> process_lib.PersonalizedProcess:
   """Builds FedAvg with client and server SGD; see the module docstring.
 
@@ -72,6 +76,9 @@ def build_fedavg(
     seed: seeds the initial model weights.
     model_aggregator: aggregation of the model deltas (default: weighted mean).
     attack_boost: the model-replacement attackers' factor.
+    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
+    dp_setting: the fixed-clipping DP of `model_aggregator` (for the
+      detector's statistic).
   """
   return shared_model.build_process(
       model,
@@ -83,4 +90,6 @@ def build_fedavg(
       server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
       attack_boost=attack_boost,
+      nfl_detector=nfl_detector,
+      dp_setting=dp_setting,
   )

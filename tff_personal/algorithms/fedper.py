@@ -35,7 +35,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
+from tff_personal.aggregators import dp
 from tff_personal.algorithms import shared_model
+from tff_personal.nfl import detector as detector_lib
 from tff_personal.models import split as split_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
@@ -88,6 +90,8 @@ def build_fedper(
     seed: int = 0,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     attack_boost: float = 1.0,
+    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
+    dp_setting: Optional[dp.DpSetting] = None,
 ) -> process_lib.PersonalizedProcess:
   """Builds FedPer; see the module docstring.
 
@@ -102,6 +106,9 @@ def build_fedper(
       client's first personal layers.
     model_aggregator: weighted aggregation of the base deltas (default: mean).
     attack_boost: the model-replacement attackers' factor.
+    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
+    dp_setting: the fixed-clipping DP of `model_aggregator` (for the
+      detector's statistic).
   """
   split = split_lib.PersonalSplit.of(model, personal_blocks)
   initial_weights = model.initial_weights(seed)
@@ -122,4 +129,6 @@ def build_fedper(
       server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
       attack_boost=attack_boost,
+      nfl_detector=nfl_detector,
+      dp_setting=dp_setting,
   )

@@ -13,6 +13,8 @@ ROLE_ALGORITHMS = ('fedavg', 'fedper', 'ditto')
 # Algorithms that can run under update attacks: the above, and Local, whose
 # clients send nothing (its adversaries are only left out of benign metrics).
 UPDATE_ATTACK_ALGORITHMS = ROLE_ALGORITHMS + ('local',)
+# Algorithms whose server can run the NFL detector (`nfl.detector`).
+DETECTOR_ALGORITHMS = ROLE_ALGORITHMS
 # Algorithms whose shared update goes through `--aggregator`.
 AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox')
 
@@ -57,6 +59,10 @@ class AlgorithmOptions:
     dp_initial_clip_norm: adaptive clipping's initial C.
     dp_target_quantile: adaptive clipping's target quantile of update norms.
     dp_noise_multiplier: DP's noise multiplier z (0: clipping only).
+    nfl_detection: adds the NFL detector to the server (`nfl.detector`).
+    nfl_warmup_rounds: the detector's warm-up rounds r'.
+    nfl_window: the detector's moving window (rounds).
+    nfl_threshold: the detector's threshold epsilon on windowed w_div.
   """
 
   client_learning_rate: float = 0.02
@@ -85,6 +91,10 @@ class AlgorithmOptions:
   dp_initial_clip_norm: float = 0.1
   dp_target_quantile: float = 0.5
   dp_noise_multiplier: float = 0.0
+  nfl_detection: bool = False
+  nfl_warmup_rounds: int = 5
+  nfl_window: int = 3
+  nfl_threshold: float = 0.05
 
   @property
   def differentially_private(self) -> bool:
@@ -104,6 +114,7 @@ def build_algorithm(
   from tff_personal.algorithms import fedprox  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import local  # pylint: disable=g-import-not-at-top
   from tff_personal.models import split  # pylint: disable=g-import-not-at-top
+  from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
 
   attack_boost = options.attack_boost
   if attack_boost is None:
@@ -137,6 +148,26 @@ def build_algorithm(
         clip_norm=options.aggregator_clip_norm,
         target_quantile=options.aggregator_target_quantile,
     )
+  server_extras = {}
+  if options.nfl_detection:
+    if name not in DETECTOR_ALGORITHMS:
+      raise ValueError(
+          f'{name} cannot take the NFL detector; allowed: {", ".join(DETECTOR_ALGORITHMS)}.'
+      )
+    server_extras['nfl_detector'] = detector.DetectorConfig(
+        warmup_rounds=options.nfl_warmup_rounds,
+        window=options.nfl_window,
+        threshold=options.nfl_threshold,
+    )
+    if options.dp_clip_norm is not None:
+      server_extras['dp_setting'] = dp.DpSetting(
+          options.dp_noise_multiplier, options.dp_clip_norm, options.clients_per_round
+      )
+    elif options.dp_adaptive_clipping:
+      raise ValueError(
+          "The NFL detector's noise correction needs a fixed DP clip norm, not"
+          ' adaptive clipping.'
+      )
   if name == 'fedavg':
     return fedavg.build_fedavg(
         task.model,
@@ -145,6 +176,7 @@ def build_algorithm(
         seed=options.seed,
         model_aggregator=model_aggregator,
         attack_boost=attack_boost,
+        **server_extras,
     )
   if name == 'fedprox':
     return fedprox.build_fedprox(
@@ -167,6 +199,7 @@ def build_algorithm(
         seed=options.seed,
         model_aggregator=model_aggregator,
         attack_boost=attack_boost,
+        **server_extras,
         lambda_grid=options.ditto_lambda_grid,
     )
   if name == 'local':
@@ -189,6 +222,7 @@ def build_algorithm(
         seed=options.seed,
         model_aggregator=model_aggregator,
         attack_boost=attack_boost,
+        **server_extras,
     )
   raise ValueError(
       f'Unknown algorithm {name!r}; allowed: {", ".join(ALGORITHM_NAMES)}.'

@@ -20,11 +20,16 @@ the rest is FedAvg's composition (McMahan et al. 2017), written once here:
          -> <S@SERVER, {P}@CLIENTS, M@SERVER>)
   M = <client_work=<train=...>, aggregator, finalizer, non_finite_clients>
 
-Only `update` and the metrics leave the clients; `personal_state` stays at
-CLIENTS.
+With an NFL detector (`nfl.detector`), each client also sends the scalar
+||update||^2, the server state gains the detector's state (`nfl`) and M its
+metrics (`nfl/w_div`, `nfl/flagged`, ...).
+
+Only `update` (and that scalar) and the metrics leave the clients;
+`personal_state` stays at CLIENTS.
 """
 
 import collections
+import dataclasses
 import functools
 from typing import Any, Callable, Optional
 
@@ -32,9 +37,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_personal.aggregators import dp
 from tff_personal.algorithms import client_training
 from tff_personal.attacks import update_attacks
 from tff_personal.evaluation import per_client
+from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
@@ -78,6 +85,8 @@ def build_process(
     server_learning_rate: float,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     attack_boost: float = 1.0,
+    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
+    dp_setting: Optional[dp.DpSetting] = None,
 ) -> process_lib.PersonalizedProcess:
   """The `PersonalizedProcess` of the module docstring.
 
@@ -92,6 +101,10 @@ def build_process(
     server_learning_rate: the server SGD's learning rate (1.0: averaging).
     model_aggregator: weighted aggregation of the updates (default: mean).
     attack_boost: the factor of the model-replacement role's update.
+    nfl_detector: adds the NFL detector to the server state update.
+    dp_setting: the fixed-clipping DP of `model_aggregator`: the NFL
+      statistic then uses the clipped norms, weighs clients equally, as DP's
+      mean does, and adds back the noise's expected squared norm.
   """
   shared_type = weights_type(initial_shared_weights)
   with tf.Graph().as_default():
@@ -112,6 +125,14 @@ def build_process(
     result['update'] = update_attacks.attacked_update(
         result['update'], client_input['role'], client_input['seed'], attack_boost
     )
+    if nfl_detector is not None:
+      norm = detector_lib.squared_norm(result['update'])
+      weight = result['update_weight']
+      if dp_setting is not None:
+        norm = tf.minimum(norm, dp_setting.clip_norm**2)
+        weight = tf.cast(weight > 0, tf.float32)
+      result['update_squared_norm'] = norm
+      result['statistic_weight'] = weight
     return result
 
   aggregation = (model_aggregator or tff.aggregators.MeanFactory()).create(
@@ -122,17 +143,45 @@ def build_process(
   )
   initial_weights_fn = process_lib.constant_computation(initial_shared_weights)
 
-  @tff.federated_computation
-  def initialize_fn():
-    return tff.federated_zip(
-        collections.OrderedDict(
-            global_model_weights=tff.federated_eval(initial_weights_fn, tff.SERVER),
-            aggregator=aggregation.initialize(),
-            finalizer=finalizer.initialize(),
-        )
+  initial_detector_fn = None
+  if nfl_detector is not None and dp_setting is not None:
+    nfl_detector = dataclasses.replace(
+        nfl_detector,
+        noise_squared_norm=dp_setting.expected_noise_squared_norm(
+            dp.num_parameters(shared_type.trainable)
+        ),
+    )
+  if nfl_detector is not None:
+    initial_detector_fn = process_lib.constant_computation(
+        detector_lib.initial_state(nfl_detector)
     )
 
+  @tff.federated_computation
+  def initialize_fn():
+    state = collections.OrderedDict(
+        global_model_weights=tff.federated_eval(initial_weights_fn, tff.SERVER),
+        aggregator=aggregation.initialize(),
+        finalizer=finalizer.initialize(),
+    )
+    if initial_detector_fn is not None:
+      state['nfl'] = tff.federated_eval(initial_detector_fn, tff.SERVER)
+    return tff.federated_zip(state)
+
   state_type = initialize_fn.type_signature.result
+
+  if nfl_detector is not None:
+
+    @tff.tensorflow.computation(
+        state_type.member['nfl'], np.float32, shared_type.trainable, shared_type
+    )
+    def detector_update(detector_state, mean_squared_norm, aggregate, weights):
+      return detector_lib.update_state(
+          detector_state,
+          mean_squared_norm,
+          detector_lib.squared_norm(aggregate),
+          detector_lib.squared_norm(weights.trainable),
+          nfl_detector,
+      )
 
   @tff.federated_computation(
       state_type,
@@ -148,25 +197,30 @@ def build_process(
         state.aggregator, client_outputs.update, client_outputs.update_weight
     )
     finalized = finalizer.next(state.finalizer, state.global_model_weights, aggregated.result)
-    new_state = tff.federated_zip(
-        collections.OrderedDict(
-            global_model_weights=finalized.result,
-            aggregator=aggregated.state,
-            finalizer=finalized.state,
-        )
+    new_state = collections.OrderedDict(
+        global_model_weights=finalized.result,
+        aggregator=aggregated.state,
+        finalizer=finalized.state,
     )
-    metrics = tff.federated_zip(
-        collections.OrderedDict(
-            client_work=tff.federated_zip(
-                collections.OrderedDict(train=metrics_aggregation(client_outputs.model_output))
-            ),
-            aggregator=aggregated.measurements,
-            finalizer=finalized.measurements,
-            non_finite_clients=tff.federated_sum(client_outputs.non_finite),
-        )
+    metrics = collections.OrderedDict(
+        client_work=tff.federated_zip(
+            collections.OrderedDict(train=metrics_aggregation(client_outputs.model_output))
+        ),
+        aggregator=aggregated.measurements,
+        finalizer=finalized.measurements,
+        non_finite_clients=tff.federated_sum(client_outputs.non_finite),
     )
+    if nfl_detector is not None:
+      mean_squared_norm = tff.federated_mean(
+          client_outputs.update_squared_norm, weight=client_outputs.statistic_weight
+      )
+      detected = tff.federated_map(
+          detector_update,
+          (state.nfl, mean_squared_norm, aggregated.result, state.global_model_weights),
+      )
+      new_state['nfl'], metrics['nfl'] = detected[0], detected[1]
     return process_lib.PersonalizedProcessOutput(
-        new_state, client_outputs.personal_state, metrics
+        tff.federated_zip(new_state), client_outputs.personal_state, tff.federated_zip(metrics)
     )
 
   @tff.tensorflow.computation(state_type.member)

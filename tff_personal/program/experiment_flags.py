@@ -199,6 +199,25 @@ flags.register_validator(
     message='--dp_delta must be in (0, 1).',
 )
 
+# Negative Federated Learning detection (LINDT, Lin et al. 2020), nfl/detector.py.
+NFL_DETECTION = flags.DEFINE_bool(
+    'nfl_detection', False,
+    'Run the NFL detector in the server update (fedavg, fedper, ditto): w_div'
+    ' and the flag are metrics every round.',
+)
+NFL_WARMUP_ROUNDS = flags.DEFINE_integer(
+    'nfl_warmup_rounds', 5, 'NFL detector: rounds before any flag.', lower_bound=0
+)
+NFL_WINDOW = flags.DEFINE_integer(
+    'nfl_window', 3, 'NFL detector: moving window of w_div (rounds).', lower_bound=1
+)
+NFL_THRESHOLD = flags.DEFINE_float(
+    'nfl_threshold', 0.05,
+    'NFL detector: NFL when the windowed w_div is not below this after the'
+    ' warm-up (calibrate on an IID, clean run of the task).',
+    lower_bound=0.0,
+)
+
 # Evaluation, checkpoints and outputs.
 FINETUNE_EPOCHS = flags.DEFINE_integer(
     'finetune_epochs', 0,
@@ -360,6 +379,10 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       dp_initial_clip_norm=DP_INITIAL_CLIP_NORM.value,
       dp_target_quantile=DP_TARGET_QUANTILE.value,
       dp_noise_multiplier=_DP.noise_multiplier if _DP else 0.0,
+      nfl_detection=NFL_DETECTION.value,
+      nfl_warmup_rounds=NFL_WARMUP_ROUNDS.value,
+      nfl_window=NFL_WINDOW.value,
+      nfl_threshold=NFL_THRESHOLD.value,
   )
 
 
@@ -497,6 +520,26 @@ def _check_aggregator_flags() -> None:
     raise UsageError('--aggregator_clip_norm must be > 0 (or unset: adaptive).')
 
 
+def _check_nfl_flags() -> None:
+  if not NFL_DETECTION.value:
+    return
+  if ALGORITHM.value not in algorithm_registry.DETECTOR_ALGORITHMS:
+    raise UsageError(
+        f'--nfl_detection: --algorithm={ALGORITHM.value} cannot run the NFL'
+        ' detector; allowed with: ' + ', '.join(algorithm_registry.DETECTOR_ALGORITHMS) + '.'
+    )
+  if NFL_WINDOW.value > TOTAL_ROUNDS.value:
+    raise UsageError(
+        f'--nfl_window={NFL_WINDOW.value} exceeds --total_rounds={TOTAL_ROUNDS.value}:'
+        ' the window would never fill.'
+    )
+  if DP_ADAPTIVE_CLIPPING.value:
+    raise UsageError(
+        "--nfl_detection with --dp_adaptive_clipping: the detector's noise"
+        ' correction needs a fixed --dp_clip_norm.'
+    )
+
+
 def _check_attack_flags() -> None:
   attack, fraction = ATTACK.value, ATTACK_FRACTION.value
   if attack == 'none':
@@ -583,6 +626,7 @@ def build_algorithm(task):
   global _DP
   _check_aggregator_flags()
   _check_attack_flags()
+  _check_nfl_flags()
   _DP = _resolve_dp_flags(task)
   if ALGORITHM.value == 'fedper':
     num_blocks = len(task.model.blocks)

@@ -287,12 +287,21 @@ def run_training(
       accuracy_metric=accuracy_name,
       num_adversaries=len(threat.adversaries),
       privacy=_privacy_metrics(config, len(population), config.total_rounds),
+      nfl=_last_nfl_metrics(metrics_csv),
       elapsed_seconds=elapsed,
       final_eval=last_eval_summary,
       run_config=dict(run_config),
   )
   outputs.write_json(experiment.summary_path, summary)
   return summary
+
+
+def _last_nfl_metrics(metrics_csv: outputs.RoundCsv) -> dict[str, float]:
+  """The NFL detector's flag and round flagged after the last round ({} if none)."""
+  rows = metrics_csv.read()
+  if not rows or 'nfl/flagged' not in rows[-1]:
+    return {}
+  return {k: float(rows[-1][k]) for k in ('nfl/flagged', 'nfl/round_flagged')}
 
 
 def _privacy_metrics(config: TrainingConfig, population: int, rounds: int) -> dict[str, float]:

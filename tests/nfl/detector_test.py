@@ -1,0 +1,123 @@
+"""NFL detector: the divergence identity, the state machine, FedAvg's metrics."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import test_utils
+from tests.algorithms import numpy_reference
+from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
+from tff_personal.aggregators import dp
+from tff_personal.algorithms import fedavg
+from tff_personal.nfl import detector
+from tff_personal.personal import process as process_lib
+
+
+def test_divergence_identity_matches_a_direct_computation():
+  rng = np.random.default_rng(0)
+  deltas = rng.normal(size=(5, 7))
+  alpha = rng.uniform(size=5)
+  alpha /= alpha.sum()
+  mean = alpha @ deltas
+  direct = float(np.sum(alpha * np.sum((deltas - mean) ** 2, axis=1)))
+  from_aggregates = detector.divergence(
+      float(alpha @ np.sum(deltas**2, axis=1)), float(np.sum(mean**2))
+  )
+  assert float(from_aggregates) == pytest.approx(direct, rel=1e-6)
+  # DP: the noise's expected squared norm is added back.
+  assert float(detector.divergence(3.0, 2.5, noise_squared_norm=0.5)) == pytest.approx(1.0)
+  assert float(detector.divergence(1.0, 4.0)) == 0.0  # Floored.
+
+
+def run_detector(config, w_divs):
+  """Feeds rounds whose statistic is exactly each w_div (||w|| = 1)."""
+  state = tf.nest.map_structure(tf.constant, detector.initial_state(config))
+  metrics = []
+  for w_div in w_divs:
+    state, m = detector.update_state(
+        state, tf.constant(w_div**2 + 0.25), tf.constant(0.25), tf.constant(1.0), config
+    )
+    metrics.append({k: v.numpy() for k, v in m.items()})
+  return state, metrics
+
+
+def test_state_machine_warmup_window_and_flag():
+  config = detector.DetectorConfig(warmup_rounds=3, window=2, threshold=0.5)
+  state, metrics = run_detector(config, [2.0, 1.0, 0.3, 0.2, 0.6, 0.7, 0.0])
+  np.testing.assert_allclose([m['w_div'] for m in metrics], [2.0, 1.0, 0.3, 0.2, 0.6, 0.7, 0.0],
+                             rtol=1e-6)
+  np.testing.assert_allclose(
+      [m['windowed_w_div'] for m in metrics], [2.0, 1.5, 0.65, 0.25, 0.4, 0.65, 0.35], rtol=1e-6
+  )
+  # Rounds 1-3 are warm-up (round 3's 0.65 is not a flag); round 6 is.
+  assert [int(m['flagged']) for m in metrics] == [0, 0, 0, 0, 0, 1, 1]
+  assert [int(m['round_flagged']) for m in metrics] == [-1] * 5 + [6, 6]
+  assert int(state['round_num']) == 7
+
+
+def test_a_converging_run_is_never_flagged():
+  config = detector.DetectorConfig(warmup_rounds=1, window=3, threshold=0.5)
+  _, metrics = run_detector(config, [0.6, 0.5, 0.3, 0.2, 0.1, 0.1])  # Windows < 0.5.
+  assert [int(m['flagged']) for m in metrics] == [0] * 6
+
+
+def test_bad_config():
+  with pytest.raises(ValueError, match='window >= 1'):
+    detector.DetectorConfig(warmup_rounds=0, window=0, threshold=0.1)
+
+
+@pytest.fixture(scope='module')
+def process():
+  return fedavg.build_fedavg(
+      test_utils.tiny_model_spec(), client_learning_rate=0.1, seed=11,
+      nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=0.0),
+  )
+
+
+def test_fedavg_reports_the_divergence_of_its_clients(process):
+  assert 'nfl' in str(process.initialize.type_signature.result)
+  state = process.initialize()
+  kernel, bias = process.get_model_weights(state).trainable
+  clients = [client_batches(1, [3, 2]), client_batches(2, [4]), client_batches(3, [2, 2, 2])]
+  output = run_next(process, state, [batches_dataset(b) for b in clients],
+                    process_lib.empty_personal_states(3))
+  deltas, sizes = [], [5, 4, 6]
+  for batches in clients:
+    trained = numpy_reference.sgd(kernel, bias, batches, 0.1)
+    deltas.append(np.concatenate([(kernel - trained[0]).ravel(), bias - trained[1]]))
+  alpha = np.array(sizes) / sum(sizes)
+  mean = alpha @ np.array(deltas)
+  divergence = sum(a * np.sum((d - mean) ** 2) for a, d in zip(alpha, deltas))
+  weights_norm = np.sqrt(np.sum(kernel**2) + np.sum(bias**2))
+  nfl = output.metrics['nfl']
+  assert nfl['w_div'] == pytest.approx(np.sqrt(divergence) / weights_norm, rel=1e-4)
+  assert nfl['flagged'] == 1 and nfl['round_flagged'] == 1  # Threshold 0.
+  assert output.state['nfl']['round_num'] == 1
+
+
+def test_dp_statistic_adds_back_the_expected_noise():
+  setting = dp.DpSetting(noise_multiplier=0.0, clip_norm=0.01, clients_per_round=2)
+  process = fedavg.build_fedavg(
+      test_utils.tiny_model_spec(), client_learning_rate=0.1, seed=11,
+      model_aggregator=dp.build_dp_aggregator(
+          noise_multiplier=0.0, clients_per_round=2, clip_norm=0.01
+      ),
+      nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0),
+      dp_setting=setting,
+  )
+  state = process.initialize()
+  kernel, bias = process.get_model_weights(state).trainable
+  clients = [client_batches(1, [3, 2]), client_batches(2, [4])]
+  output = run_next(process, state, [batches_dataset(b) for b in clients],
+                    process_lib.empty_personal_states(2))
+  clipped = []
+  for batches in clients:
+    trained = numpy_reference.sgd(kernel, bias, batches, 0.1)
+    delta = np.concatenate([(kernel - trained[0]).ravel(), bias - trained[1]])
+    clipped.append(delta * min(1.0, 0.01 / np.linalg.norm(delta)))
+  mean = np.mean(clipped, axis=0)
+  divergence = np.mean([np.sum((c - mean) ** 2) for c in clipped])
+  weights_norm = np.sqrt(np.sum(kernel**2) + np.sum(bias**2))
+  assert output.metrics['nfl']['w_div'] == pytest.approx(
+      np.sqrt(divergence) / weights_norm, rel=1e-3
+  )

@@ -1,0 +1,117 @@
+"""Server-side detection of Negative Federated Learning (NFL) from weight divergence.
+
+LINDT (Lin, Shou, Chen, Chen, Wu, "LINDT: Tackling Negative Federated
+Learning with Local Adaptation", arXiv 2011.11160) flags NFL when the
+clients' models keep diverging from their aggregate. Our copy of the paper
+lacks its equations; these are the ones implemented.
+
+Divergence from aggregates only. With Delta_i the update client i sends,
+alpha_i its aggregation weight (sum alpha_i = 1) and Delta_bar = sum alpha_i
+Delta_i the aggregate:
+
+  D = sum_i alpha_i ||Delta_i - Delta_bar||^2
+    = sum_i alpha_i ||Delta_i||^2 - ||Delta_bar||^2          (identity)
+
+so each client reports one scalar ||Delta_i||^2 next to its update and the
+server never sees an individual update. Since w_i - w_bar = -(Delta_i -
+Delta_bar), D is also the divergence of the clients' models w_i from their
+average. Under DP the aggregate carries Gaussian noise n with E||n||^2 = N0
+(`aggregators.dp.expected_noise_squared_norm`), E||Delta_bar + n||^2 =
+||Delta_bar||^2 + N0, so N0 is added back: D = mean ||Delta_i||^2 -
+(||aggregate||^2 - N0), floored at 0; with DP the clients report the norm of
+their clipped update.
+
+  w_div = sqrt(D) / ||w||     (w: the shared weights the round started from)
+
+is the round's statistic (called Delta in the issue; `nfl/delta`).
+
+Detector: after `warmup_rounds` rounds, once the last `window` values of
+w_div are in, NFL is flagged at the first round whose windowed mean is not
+below `threshold`; the flag then stays, with the round it was raised. Its
+state (the window, the flag, the round flagged) is part of the server state,
+so it is checkpointed and resumed with it.
+"""
+
+import collections
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectorConfig:
+  """The detector's settings (module docstring).
+
+  Attributes:
+    warmup_rounds: r', rounds before any flag.
+    window: rounds in the moving mean of w_div.
+    threshold: epsilon; NFL when the windowed w_div stays >= epsilon.
+    noise_squared_norm: E||n||^2 of the aggregate's DP noise (0 without DP).
+  """
+
+  warmup_rounds: int
+  window: int
+  threshold: float
+  noise_squared_norm: float = 0.0
+
+  def __post_init__(self):
+    if self.warmup_rounds < 0 or self.window < 1 or self.threshold < 0:
+      raise ValueError(
+          'The NFL detector needs warmup_rounds >= 0, window >= 1 and threshold'
+          f' >= 0, got {self.warmup_rounds}, {self.window}, {self.threshold}.'
+      )
+
+
+def initial_state(config: DetectorConfig) -> collections.OrderedDict:
+  """The detector's state before round 1 (NumPy)."""
+  return collections.OrderedDict(
+      window=np.zeros([config.window], np.float32),
+      round_num=np.int32(0),
+      flagged=np.int32(0),
+      round_flagged=np.int32(-1),
+  )
+
+
+def squared_norm(structure) -> tf.Tensor:
+  """sum of squares of every tensor in the structure (float32)."""
+  return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tf.nest.flatten(structure)])
+
+
+def divergence(mean_squared_norm, aggregate_squared_norm, noise_squared_norm=0.0):
+  """D of the module docstring, floored at 0 (rounding, noise)."""
+  return tf.maximum(
+      mean_squared_norm - (aggregate_squared_norm - noise_squared_norm), 0.0
+  )
+
+
+def update_state(state, mean_squared_norm, aggregate_squared_norm, weights_squared_norm,
+                 config: DetectorConfig):
+  """One round of the detector (TF); returns (new state, metrics)."""
+  w_div = tf.math.divide_no_nan(
+      tf.sqrt(divergence(mean_squared_norm, aggregate_squared_norm, config.noise_squared_norm)),
+      tf.sqrt(weights_squared_norm),
+  )
+  round_num = state['round_num'] + 1
+  window = tf.concat([state['window'][1:], tf.reshape(w_div, [1])], axis=0)
+  filled = tf.minimum(round_num, config.window)
+  windowed = tf.reduce_sum(window[config.window - filled:]) / tf.cast(filled, tf.float32)
+  armed = tf.logical_and(
+      round_num > config.warmup_rounds, round_num >= config.window
+  )
+  raise_flag = tf.logical_and(
+      tf.equal(state['flagged'], 0), tf.logical_and(armed, windowed >= config.threshold)
+  )
+  new_state = collections.OrderedDict(
+      window=window,
+      round_num=round_num,
+      flagged=tf.where(raise_flag, 1, state['flagged']),
+      round_flagged=tf.where(raise_flag, round_num, state['round_flagged']),
+  )
+  metrics = collections.OrderedDict(
+      w_div=w_div,
+      windowed_w_div=windowed,
+      flagged=new_state['flagged'],
+      round_flagged=new_state['round_flagged'],
+  )
+  return new_state, metrics
