@@ -46,7 +46,7 @@ def one_line_error(capsys, excinfo):
     'argv, expected',
     [
         (['--task=cifar10'], r'--task=cifar10: value should be one of <femnist\|shakespeare'),
-        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local\|fedper\|ditto\|fedprox>'),
+        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local\|fedper\|ditto\|fedprox\|apfl>'),
         (['--total_rounds=0'], '--total_rounds=0'),
         (['--clients_per_round=-3'], '--clients_per_round=-3'),
         (['--client_batch_size=0'], '--client_batch_size=0'),
@@ -62,6 +62,7 @@ def one_line_error(capsys, excinfo):
         (['--dp_target_epsilon=0'], '--dp_target_epsilon must be > 0'),
         (['--dp_delta=1.5'], r'--dp_delta must be in \(0, 1\)'),
         (['--nfl_threshold=-1'], '--nfl_threshold=-1'),
+        (['--apfl_alpha=1.5'], '--apfl_alpha=1.5'),
         (['--ditto_lambda_grid=0.1,-1'], '--ditto_lambda_grid must be a comma-separated list'),
         (['--ditto_lambda_grid=0.1,x'], '--ditto_lambda_grid must be a comma-separated list'),
         (['--finetune_learning_rate=0'], '--finetune_learning_rate must be > 0'),

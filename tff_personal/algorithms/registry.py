@@ -7,16 +7,16 @@ if TYPE_CHECKING:  # The registry itself imports no TensorFlow (fast flag checks
   from tff_personal.personal import process as process_lib
   from tff_personal.tasks import base
 
-ALGORITHM_NAMES = ('fedavg', 'local', 'fedper', 'ditto', 'fedprox')
+ALGORITHM_NAMES = ('fedavg', 'local', 'fedper', 'ditto', 'fedprox', 'apfl')
 # Algorithms whose client computation takes an attack role (update attacks).
-ROLE_ALGORITHMS = ('fedavg', 'fedper', 'ditto')
+ROLE_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'apfl')
 # Algorithms that can run under update attacks: the above, and Local, whose
 # clients send nothing (its adversaries are only left out of benign metrics).
 UPDATE_ATTACK_ALGORITHMS = ROLE_ALGORITHMS + ('local',)
 # Algorithms whose server can run the NFL detector (`nfl.detector`).
 DETECTOR_ALGORITHMS = ROLE_ALGORITHMS
 # Algorithms whose shared update goes through `--aggregator`.
-AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox')
+AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox', 'apfl')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,9 @@ class AlgorithmOptions:
     ditto_personal_epochs: Ditto's personal passes over the round data when
       `ditto_personal_steps` is 0.
     fedprox_mu: FedProx's proximal strength mu.
+    apfl_alpha: APFL's initial mixing weight of a new client.
+    apfl_adaptive_alpha: APFL learns each client's alpha.
+    apfl_alpha_learning_rate: APFL's alpha SGD rate (None: the client's).
     aggregator: the shared update's aggregator (`aggregators.names`).
     clients_per_round: the aggregators' fixed capacity.
     aggregator_num_adversaries: f of Krum / multi-Krum.
@@ -77,6 +80,9 @@ class AlgorithmOptions:
   ditto_personal_steps: int = 0
   ditto_personal_epochs: int = 1
   fedprox_mu: float = 0.01
+  apfl_alpha: float = 0.5
+  apfl_adaptive_alpha: bool = True
+  apfl_alpha_learning_rate: Optional[float] = None
   aggregator: str = 'mean'
   clients_per_round: int = 10
   aggregator_num_adversaries: int = 0
@@ -108,6 +114,7 @@ def build_algorithm(
   # Imported here so that importing the registry stays cheap.
   from tff_personal.aggregators import dp  # pylint: disable=g-import-not-at-top
   from tff_personal.aggregators import robust  # pylint: disable=g-import-not-at-top
+  from tff_personal.algorithms import apfl  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import ditto  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import fedper  # pylint: disable=g-import-not-at-top
@@ -201,6 +208,19 @@ def build_algorithm(
         attack_boost=attack_boost,
         **server_extras,
         lambda_grid=options.ditto_lambda_grid,
+    )
+  if name == 'apfl':
+    return apfl.build_apfl(
+        task.model,
+        client_learning_rate=options.client_learning_rate,
+        alpha=options.apfl_alpha,
+        adaptive_alpha=options.apfl_adaptive_alpha,
+        alpha_learning_rate=options.apfl_alpha_learning_rate,
+        server_learning_rate=options.server_learning_rate,
+        seed=options.seed,
+        model_aggregator=model_aggregator,
+        attack_boost=attack_boost,
+        **server_extras,
     )
   if name == 'local':
     return local.build_local(

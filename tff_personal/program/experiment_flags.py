@@ -105,6 +105,19 @@ FEDPROX_MU = flags.DEFINE_float(
 )
 
 # Aggregation of the shared update (every algorithm with a global model).
+# APFL (Deng, Kamani, Mahdavi 2020).
+APFL_ALPHA = flags.DEFINE_float(
+    'apfl_alpha', 0.5, "APFL: a new client's mixing weight of its personal model.",
+    lower_bound=0.0, upper_bound=1.0,
+)
+APFL_ADAPTIVE_ALPHA = flags.DEFINE_bool(
+    'apfl_adaptive_alpha', True, "APFL: learn each client's alpha by SGD."
+)
+APFL_ALPHA_LEARNING_RATE = flags.DEFINE_float(
+    'apfl_alpha_learning_rate', None,
+    "APFL: alpha's SGD rate; default: --client_learning_rate.", lower_bound=0.0,
+)
+
 AGGREGATOR = flags.DEFINE_enum(
     'aggregator', 'mean', aggregator_names.AGGREGATOR_NAMES,
     'Aggregator of the clients\' shared updates.',
@@ -365,6 +378,9 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       ditto_personal_steps=DITTO_PERSONAL_STEPS.value,
       ditto_personal_epochs=DITTO_PERSONAL_EPOCHS.value,
       fedprox_mu=FEDPROX_MU.value,
+      apfl_alpha=APFL_ALPHA.value,
+      apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
+      apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,
       aggregator=AGGREGATOR.value,
       clients_per_round=CLIENTS_PER_ROUND.value,
       aggregator_num_adversaries=AGGREGATOR_NUM_ADVERSARIES.value,
