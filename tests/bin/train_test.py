@@ -46,7 +46,7 @@ def one_line_error(capsys, excinfo):
     'argv, expected',
     [
         (['--task=cifar10'], r'--task=cifar10: value should be one of <femnist\|shakespeare'),
-        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local\|fedper\|ditto\|fedprox\|apfl>'),
+        (['--algorithm=fedprox2'], r'--algorithm=fedprox2: value should be one of <fedavg\|local\|fedper\|ditto\|fedprox\|apfl\|lindt>'),
         (['--total_rounds=0'], '--total_rounds=0'),
         (['--clients_per_round=-3'], '--clients_per_round=-3'),
         (['--client_batch_size=0'], '--client_batch_size=0'),

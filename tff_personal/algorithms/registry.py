@@ -7,16 +7,16 @@ if TYPE_CHECKING:  # The registry itself imports no TensorFlow (fast flag checks
   from tff_personal.personal import process as process_lib
   from tff_personal.tasks import base
 
-ALGORITHM_NAMES = ('fedavg', 'local', 'fedper', 'ditto', 'fedprox', 'apfl')
+ALGORITHM_NAMES = ('fedavg', 'local', 'fedper', 'ditto', 'fedprox', 'apfl', 'lindt')
 # Algorithms whose client computation takes an attack role (update attacks).
-ROLE_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'apfl')
+ROLE_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'apfl', 'lindt')
 # Algorithms that can run under update attacks: the above, and Local, whose
 # clients send nothing (its adversaries are only left out of benign metrics).
 UPDATE_ATTACK_ALGORITHMS = ROLE_ALGORITHMS + ('local',)
 # Algorithms whose server can run the NFL detector (`nfl.detector`).
 DETECTOR_ALGORITHMS = ROLE_ALGORITHMS
 # Algorithms whose shared update goes through `--aggregator`.
-AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox', 'apfl')
+AGGREGATING_ALGORITHMS = ('fedavg', 'fedper', 'ditto', 'fedprox', 'apfl', 'lindt')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +119,7 @@ def build_algorithm(
   from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import fedper  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import fedprox  # pylint: disable=g-import-not-at-top
+  from tff_personal.algorithms import lindt  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import local  # pylint: disable=g-import-not-at-top
   from tff_personal.models import split  # pylint: disable=g-import-not-at-top
   from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
@@ -216,6 +217,16 @@ def build_algorithm(
         alpha=options.apfl_alpha,
         adaptive_alpha=options.apfl_adaptive_alpha,
         alpha_learning_rate=options.apfl_alpha_learning_rate,
+        server_learning_rate=options.server_learning_rate,
+        seed=options.seed,
+        model_aggregator=model_aggregator,
+        attack_boost=attack_boost,
+        **server_extras,
+    )
+  if name == 'lindt':
+    return lindt.build_lindt(
+        task.model,
+        client_learning_rate=options.client_learning_rate,
         server_learning_rate=options.server_learning_rate,
         seed=options.seed,
         model_aggregator=model_aggregator,

@@ -87,6 +87,7 @@ def build_process(
     attack_boost: float = 1.0,
     nfl_detector: Optional[detector_lib.DetectorConfig] = None,
     dp_setting: Optional[dp.DpSetting] = None,
+    evaluation_model: Optional[base.ModelSpec] = None,
 ) -> process_lib.PersonalizedProcess:
   """The `PersonalizedProcess` of the module docstring.
 
@@ -105,6 +106,8 @@ def build_process(
     dp_setting: the fixed-clipping DP of `model_aggregator`: the NFL
       statistic then uses the clipped norms, weighs clients equally, as DP's
       mean does, and adds back the noise's expected squared norm.
+    evaluation_model: the model a client is evaluated with, whose weights
+      `assemble_fn` returns (default: `model`).
   """
   shared_type = weights_type(initial_shared_weights)
   with tf.Graph().as_default():
@@ -227,7 +230,9 @@ def build_process(
   def get_model_weights(state):
     return state['global_model_weights']
 
-  evaluation_args = (model.tff_model_fn, personal_type, assemble_fn, shared_type)
+  evaluation_args = (
+      (evaluation_model or model).tff_model_fn, personal_type, assemble_fn, shared_type
+  )
   evaluate = per_client.build_per_client_evaluation(*evaluation_args)
 
   def client_input(dataset, role, seed):
