@@ -104,3 +104,73 @@ def test_a_model_with_skip_connections_across_blocks_is_refused():
     lindt.build_lindt(cifar100.resnet_spec(), client_learning_rate=0.1)
   with pytest.raises(ValueError, match='at least two blocks'):
     lindt.build_lindt(test_utils.tiny_model_spec(), client_learning_rate=0.1)
+
+
+def on_detection_process(stop, threshold):
+  from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
+
+  return lindt.build_lindt(
+      MODEL, client_learning_rate=LEARNING_RATE, seed=6, mode='on_detection', stop=stop,
+      nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=threshold),
+  )
+
+
+@pytest.fixture(scope='module')
+def flagging_processes():
+  """Threshold 0: the flag rises after round 1, so round 2 trains dual."""
+  return {stop: on_detection_process(stop, 0.0) for stop in lindt.STOPS}
+
+
+def test_before_the_flag_clients_run_fedavg(flagging_processes):
+  from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
+
+  process = flagging_processes['persist']
+  reference = fedavg.build_fedavg(MODEL, client_learning_rate=LEARNING_RATE, seed=6)
+  state = process.initialize()
+  weights = process.get_model_weights(state)
+  data = [batches_dataset(client_batches(i, [4, 3])) for i in (1, 2)]
+  start = [process.initial_personal_state(c, weights) for c in 'ab']
+  output = run_next(process, state, data, start)
+  expected = run_next(reference, reference.initialize(), data, [{}, {}])
+  for a, b in zip(process.get_model_weights(output.state).trainable,
+                  reference.get_model_weights(expected.state).trainable):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  assert [int(p['dual_rounds']) for p in output.personal_states] == [0, 0]
+  assert output.metrics['nfl']['flagged'] == 1
+  # Before its first dual round a client's L is the global model it received.
+  for a, b in zip(output.personal_states[0]['model'].trainable, weights.trainable):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('stop, expected_dual_rounds', [('persist', 2), ('after_one_round', 1)])
+def test_after_the_flag_dual_training_and_its_stop(flagging_processes, stop, expected_dual_rounds):
+  process = flagging_processes[stop]
+  state = process.initialize()
+  personal = [process.initial_personal_state('a', process.get_model_weights(state))]
+  dual_rounds = []
+  for round_num in range(3):
+    output = run_next(
+        process, state, [batches_dataset(client_batches(round_num, [4, 3]))], personal
+    )
+    state, personal = output.state, list(output.personal_states)
+    dual_rounds.append(int(personal[0]['dual_rounds']))
+  assert dual_rounds == [0, 1, expected_dual_rounds]
+
+
+def test_clients_without_a_dual_round_are_evaluated_with_the_global_model(flagging_processes):
+  from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
+
+  process = flagging_processes['persist']
+  weights = process.get_model_weights(process.initialize())
+  (x, y), = client_batches(8, [6])
+  never = {'model': ModelWeights(trainable=[p * 0.5 + 0.1 for p in weights.trainable],
+                                 non_trainable=[]), 'dual_rounds': np.int32(0)}
+  result, = process.evaluate(weights, [batches_dataset([(x, y)])], [never])
+  reference = fedavg.build_fedavg(MODEL, client_learning_rate=LEARNING_RATE, seed=6)
+  expected, = reference.evaluate(weights, [batches_dataset([(x, y)])], [{}])
+  assert result['loss'] == pytest.approx(expected['loss'], rel=1e-6)
+
+
+def test_on_detection_needs_the_detector():
+  with pytest.raises(ValueError, match='needs the NFL detector'):
+    lindt.build_lindt(MODEL, client_learning_rate=0.1, mode='on_detection')

@@ -34,7 +34,8 @@ def assert_same(expected, actual):
 @pytest.mark.parametrize(
     'algorithm, options',
     [(name, {}) for name in algorithm_registry.ALGORITHM_NAMES]
-    + [('ditto', {'ditto_lambda_grid': (0.0, 0.5)}), ('fedper', {'nfl_detection': True})],
+    + [('ditto', {'ditto_lambda_grid': (0.0, 0.5)}), ('fedper', {'nfl_detection': True}),
+       ('lindt', {'nfl_detection': True, 'lindt_mode': 'on_detection'})],
 )
 def test_export_round_trip_in_fresh_process(algorithm, options, tmp_path):
   task = test_utils.tiny_task(num_clients=3, hidden=3)

@@ -30,7 +30,7 @@ _PROCESSES = {}
 
 def process_for(algorithm):
   """The process of `algorithm`, of 'ditto_grid' (Ditto, per-client lambda) or
-  of 'fedper_nfl' (FedPer with the NFL detector)."""
+  of 'fedper_nfl' (FedPer with the NFL detector) or of 'lindt_on_detection'."""
   if algorithm not in _PROCESSES:
     if algorithm == 'ditto_grid':
       options = dataclasses.replace(OPTIONS, ditto_lambda_grid=(0.0, 0.1, 1.0))
@@ -40,6 +40,12 @@ def process_for(algorithm):
           OPTIONS, nfl_detection=True, nfl_warmup_rounds=1, nfl_window=3, nfl_threshold=0.0
       )
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedper', TASK, options)
+    elif algorithm == 'lindt_on_detection':
+      options = dataclasses.replace(
+          OPTIONS, nfl_detection=True, nfl_warmup_rounds=1, nfl_window=2, nfl_threshold=0.0,
+          lindt_mode='on_detection', lindt_stop='after_one_round',
+      )
+      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('lindt', TASK, options)
     else:
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm(algorithm, TASK, OPTIONS)
   return _PROCESSES[algorithm]
@@ -64,7 +70,8 @@ def without_timing(rows):
 
 
 @pytest.mark.parametrize(
-    'algorithm', algorithm_registry.ALGORITHM_NAMES + ('ditto_grid', 'fedper_nfl')
+    'algorithm',
+    algorithm_registry.ALGORITHM_NAMES + ('ditto_grid', 'fedper_nfl', 'lindt_on_detection'),
 )
 def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   summary = train(algorithm, tmp_path, 'full')

@@ -41,6 +41,10 @@ def dense_gradients(gradients):
 
 
 def all_finite(structure) -> tf.Tensor:
-  """True iff every value in the structure of tensors is finite."""
-  flags = [tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(structure)]
+  """True iff every floating value in the structure of tensors is finite."""
+  flags = [
+      tf.reduce_all(tf.math.is_finite(t))
+      for t in tf.nest.flatten(structure)
+      if tf.as_dtype(t.dtype).is_floating
+  ]
   return tf.reduce_all(tf.stack(flags)) if flags else tf.constant(True)

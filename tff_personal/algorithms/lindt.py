@@ -20,15 +20,25 @@ per batch updates w and v on it (L's loss reaches w through the attaching
 modules); only w's update leaves the client, as in FedAvg. The client
 predicts with L's logits.
 
-A new client's L starts from the current global model. This module
-implements `--lindt_mode=always` (dual training every round); the mode that
-switches on at NFL detection is not implemented yet.
+Modes:
+  * `always`: dual training every round; a new client's L starts from the
+    current global model; P = v.
+  * `on_detection`: FedAvg (G alone) until the NFL detector (`nfl.detector`,
+    in the server state) has raised its flag, then dual training; the flag
+    is broadcast with the weights. P = <model=v, dual_rounds>; until a
+    client's first dual round its L follows the global model it receives,
+    so L starts from the current G. Stopping: `persist` (dual training
+    every round once activated) or `after_one_round` (each client trains
+    dual once, so dual training stops once every client has had its
+    round). A client that never trained dual is evaluated with G.
 
-  next: (<S@SERVER, {<data=D*,role,seed>}@CLIENTS, {v}@CLIENTS>
-         -> <S@SERVER, {v}@CLIENTS, M@SERVER>)
-  evaluate: each client's L logits with G = the current global model.
+  next: (<S@SERVER, {<data=D*,role,seed>}@CLIENTS, {P}@CLIENTS>
+         -> <S@SERVER, {P}@CLIENTS, M@SERVER>)
+  evaluate: each client's L logits (or G's, see above) with G = the current
+    global model.
 """
 
+import collections
 from typing import Optional
 
 import numpy as np
@@ -36,12 +46,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.aggregators import dp
+from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
 from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
 ModelWeights = tff.learning.models.ModelWeights
+MODES = ('always', 'on_detection')
+STOPS = ('persist', 'after_one_round')
 
 
 class AttachingModule(tf.keras.layers.Layer):
@@ -59,6 +72,19 @@ class AttachingModule(tf.keras.layers.Layer):
     gate = tf.sigmoid(score)
     gate = tf.reshape(gate, [-1] + [1] * (len(local_activation.shape) - 1))
     return local_activation + gate * global_activation
+
+
+class LogitsSelector(tf.keras.layers.Layer):
+  """use_local * L's logits + (1 - use_local) * G's; use_local is a 0/1 weight."""
+
+  def build(self, input_shape):
+    self.use_local = self.add_weight(
+        name='use_local', shape=[], initializer='ones', trainable=False
+    )
+
+  def call(self, inputs):
+    global_logits, local_logits = inputs
+    return self.use_local * local_logits + (1.0 - self.use_local) * global_logits
 
 
 def _apply_blocks(model: tf.keras.Model, blocks, inputs):
@@ -120,26 +146,30 @@ class DualModel:
       if index < last:
         local_h = AttachingModule(name=f'attach_{index + 1}')([global_h, local_h])
     self.dual = tf.keras.Model(inputs, [global_h, local_h])
-    self.predictor = tf.keras.Model(inputs, local_h)
+    self.selector = LogitsSelector(name='select_logits')
+    self.predictor = tf.keras.Model(inputs, self.selector([global_h, local_h]))
 
   def predictor_arrangement(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Where each predictor weight comes from: (0: G, 1: L, index), trainable and not."""
+    """Where each predictor weight comes from, trainable and not:
+    (0: G, 1: L, 2: the selector's use_local; index)."""
 
-    def arrange(predictor_vars, global_vars, local_vars):
+    def arrange(predictor_vars, global_vars, local_vars, selector_vars):
       position = {v.ref(): (0, i) for i, v in enumerate(global_vars)}
       position.update({v.ref(): (1, i) for i, v in enumerate(local_vars)})
+      position.update({v.ref(): (2, i) for i, v in enumerate(selector_vars)})
       return [position[v.ref()] for v in predictor_vars]
 
     return (
         arrange(self.predictor.trainable_weights, self.global_model.trainable_weights,
-                self.local_model.trainable_weights),
+                self.local_model.trainable_weights, []),
         arrange(self.predictor.non_trainable_weights, self.global_model.non_trainable_weights,
-                self.local_model.non_trainable_weights),
+                self.local_model.non_trainable_weights, [self.selector.use_local]),
     )
 
 
-def build_client_update(model_spec: base.ModelSpec, learning_rate: float):
-  """Dual training (module docstring) as a `tf.function`."""
+def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: str,
+                        stop: str):
+  """The client's round (module docstring) as a `tf.function`."""
   models = DualModel(model_spec)
   loss_fn = model_spec.loss()
   # G's training metrics, as FedAvg reports them, over G's own layers.
@@ -157,34 +187,67 @@ def build_client_update(model_spec: base.ModelSpec, learning_rate: float):
   def assign(variables, values):
     tf.nest.map_structure(lambda v, w: v.assign(w), variables, values)
 
-  @tf.function
-  def client_update(global_weights, personal_weights, dataset):
-    assign(global_vars, global_weights)
-    assign(local_vars, personal_weights)
+  def dual_step(num_examples, batch):
+    x, y = batch
+    with tf.GradientTape() as tape:
+      global_logits, local_logits = models.dual(x, training=True)
+      loss = loss_fn(y, global_logits) + loss_fn(y, local_logits)
+    gradients = client_training.dense_gradients(tape.gradient(loss, trainable))
+    metrics_model.forward_pass(batch, training=False)  # Metrics of G, before the step.
+    for variable, gradient in zip(trainable, gradients):
+      variable.assign(variable - learning_rate * gradient)
+    return num_examples + tf.cast(tf.shape(y)[0], tf.int64)
 
-    def step(num_examples, batch):
-      x, y = batch
-      with tf.GradientTape() as tape:
-        global_logits, local_logits = models.dual(x, training=True)
-        loss = loss_fn(y, global_logits) + loss_fn(y, local_logits)
-      gradients = tape.gradient(loss, trainable)
-      gradients = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                   for g in gradients]
-      metrics_model.forward_pass(batch, training=False)  # Metrics of G, before the step.
-      for variable, gradient in zip(trainable, gradients):
-        variable.assign(variable - learning_rate * gradient)
-      return num_examples + tf.cast(tf.shape(y)[0], tf.int64)
+  def dual_training(dataset):
+    return dataset.reduce(tf.constant(0, tf.int64), dual_step)
 
-    num_examples = dataset.reduce(tf.constant(0, tf.int64), step)
+  def global_training(dataset):  # FedAvg's client step, G alone.
+    return client_training.sgd_pass(metrics_model, dataset, global_vars.trainable, learning_rate)
+
+  def result(global_weights, num_examples, new_personal, personal_state):
     update = tf.nest.map_structure(
         tf.subtract, list(global_weights.trainable), list(global_vars.trainable)
     )
-    new_personal = tf.nest.map_structure(tf.identity, local_vars)
     return shared_model.client_result(
-        update, num_examples, new_personal, personal_weights, metrics_model
+        update, num_examples, new_personal, personal_state, metrics_model
     )
 
-  return client_update
+  if mode == 'always':
+
+    @tf.function
+    def client_update(global_weights, personal_weights, dataset):
+      assign(global_vars, global_weights)
+      assign(local_vars, personal_weights)
+      num_examples = dual_training(dataset)
+      new_personal = tf.nest.map_structure(tf.identity, local_vars)
+      return result(global_weights, num_examples, new_personal, personal_weights)
+
+    return client_update
+
+  @tf.function
+  def client_update_on_detection(global_weights, personal_state, dataset, nfl_flag):
+    assign(global_vars, global_weights)
+    dual_rounds = personal_state['dual_rounds']
+    before_dual = tf.equal(dual_rounds, 0)
+    # Until its first dual round, a client's L follows the global model.
+    assign(local_vars, tf.nest.map_structure(
+        lambda local, global_: tf.where(before_dual, global_, local),
+        personal_state['model'], global_weights,
+    ))
+    train_dual = tf.logical_and(
+        tf.greater(nfl_flag, 0), tf.logical_or(stop == 'persist', before_dual)
+    )
+    if train_dual:
+      num_examples = dual_training(dataset)
+    else:
+      num_examples = global_training(dataset)
+    new_personal = collections.OrderedDict(
+        model=tf.nest.map_structure(tf.identity, local_vars),
+        dual_rounds=dual_rounds + tf.cast(train_dual, tf.int32),
+    )
+    return result(global_weights, num_examples, new_personal, personal_state)
+
+  return client_update_on_detection
 
 
 def predictor_spec(model_spec: base.ModelSpec) -> base.ModelSpec:
@@ -208,8 +271,10 @@ def build_lindt(
     attack_boost: float = 1.0,
     nfl_detector: Optional[detector_lib.DetectorConfig] = None,
     dp_setting: Optional[dp.DpSetting] = None,
+    mode: str = 'always',
+    stop: str = 'persist',
 ) -> process_lib.PersonalizedProcess:
-  """Builds LINDT's dual model, always on; see the module docstring.
+  """Builds LINDT's dual model; see the module docstring.
 
   Args:
     model: the task's model (its blocks must apply one after the other).
@@ -220,34 +285,57 @@ def build_lindt(
     attack_boost: the model-replacement attackers' factor.
     nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
     dp_setting: the fixed-clipping DP of `model_aggregator`.
+    mode: 'always' or 'on_detection' (needs `nfl_detector`).
+    stop: on detection, 'persist' or 'after_one_round'.
 
   Raises:
-    ValueError: if the model has no place for attaching modules.
+    ValueError: if the model has no place for attaching modules, or for an
+      unknown mode or stop, or on_detection without a detector.
   """
+  if mode not in MODES or stop not in STOPS:
+    raise ValueError(f'mode must be in {MODES} and stop in {STOPS}, got {mode!r}, {stop!r}.')
+  if mode == 'on_detection' and nfl_detector is None:
+    raise ValueError("LINDT's on_detection mode needs the NFL detector.")
   check_chain(model)
   initial_weights = model.initial_weights(seed)
   with tf.Graph().as_default():
     trainable_order, non_trainable_order = DualModel(model).predictor_arrangement()
 
-  def assemble(global_weights, local_weights):
-    """(W, v) in the predictor's weight order."""
-    sources = (global_weights, local_weights)
+  def assemble(global_weights, personal_state):
+    """(W, v, use_local) in the predictor's weight order."""
+    if mode == 'always':
+      local_weights, use_local = personal_state, tf.constant(1.0)
+    else:
+      local_weights = personal_state['model']
+      use_local = tf.cast(personal_state['dual_rounds'] > 0, tf.float32)
+    sources = (
+        (list(global_weights.trainable), list(local_weights.trainable), []),
+        (list(global_weights.non_trainable), list(local_weights.non_trainable), [use_local]),
+    )
     return ModelWeights(
-        trainable=[list(sources[s].trainable)[i] for s, i in trainable_order],
-        non_trainable=[list(sources[s].non_trainable)[i] for s, i in non_trainable_order],
+        trainable=[sources[0][s][i] for s, i in trainable_order],
+        non_trainable=[sources[1][s][i] for s, i in non_trainable_order],
+    )
+
+  if mode == 'always':
+    new_client_state = lambda client_id, global_weights: global_weights
+  else:
+    new_client_state = lambda client_id, global_weights: collections.OrderedDict(
+        model=global_weights, dual_rounds=np.int32(0)
     )
 
   return shared_model.build_process(
       model,
       initial_shared_weights=initial_weights,
-      personal_type=shared_model.weights_type(initial_weights),
-      client_update_fn=lambda: build_client_update(model, client_learning_rate),
+      personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
+      client_update_fn=lambda: build_client_update(model, client_learning_rate, mode, stop),
       assemble_fn=assemble,
-      initial_personal_state_fn=lambda client_id, global_weights: global_weights,
+      initial_personal_state_fn=new_client_state,
       server_learning_rate=server_learning_rate,
       model_aggregator=model_aggregator,
       attack_boost=attack_boost,
       nfl_detector=nfl_detector,
       dp_setting=dp_setting,
       evaluation_model=predictor_spec(model),
+      client_takes_nfl_flag=mode == 'on_detection',
   )

@@ -43,6 +43,9 @@ class AlgorithmOptions:
     ditto_personal_epochs: Ditto's personal passes over the round data when
       `ditto_personal_steps` is 0.
     fedprox_mu: FedProx's proximal strength mu.
+    lindt_mode: LINDT's 'always' or 'on_detection'.
+    lindt_stop: LINDT's stopping strategy on detection ('persist' or
+      'after_one_round').
     apfl_alpha: APFL's initial mixing weight of a new client.
     apfl_adaptive_alpha: APFL learns each client's alpha.
     apfl_alpha_learning_rate: APFL's alpha SGD rate (None: the client's).
@@ -80,6 +83,8 @@ class AlgorithmOptions:
   ditto_personal_steps: int = 0
   ditto_personal_epochs: int = 1
   fedprox_mu: float = 0.01
+  lindt_mode: str = 'always'
+  lindt_stop: str = 'persist'
   apfl_alpha: float = 0.5
   apfl_adaptive_alpha: bool = True
   apfl_alpha_learning_rate: Optional[float] = None
@@ -226,6 +231,8 @@ def build_algorithm(
   if name == 'lindt':
     return lindt.build_lindt(
         task.model,
+        mode=options.lindt_mode,
+        stop=options.lindt_stop,
         client_learning_rate=options.client_learning_rate,
         server_learning_rate=options.server_learning_rate,
         seed=options.seed,

@@ -88,6 +88,7 @@ def build_process(
     nfl_detector: Optional[detector_lib.DetectorConfig] = None,
     dp_setting: Optional[dp.DpSetting] = None,
     evaluation_model: Optional[base.ModelSpec] = None,
+    client_takes_nfl_flag: bool = False,
 ) -> process_lib.PersonalizedProcess:
   """The `PersonalizedProcess` of the module docstring.
 
@@ -108,6 +109,8 @@ def build_process(
       mean does, and adds back the noise's expected squared norm.
     evaluation_model: the model a client is evaluated with, whose weights
       `assemble_fn` returns (default: `model`).
+    client_takes_nfl_flag: the client update also takes the detector's flag
+      (int32, broadcast from the server state; LINDT's on-detection mode).
   """
   shared_type = weights_type(initial_shared_weights)
   with tf.Graph().as_default():
@@ -122,9 +125,12 @@ def build_process(
       collections.OrderedDict,
   )
 
-  @tff.tensorflow.computation(shared_type, personal_type, input_type)
-  def client_update(shared_weights, personal_state, client_input):
-    result = client_update_fn()(shared_weights, personal_state, client_input['data'])
+  if client_takes_nfl_flag and nfl_detector is None:
+    raise ValueError('A client update that takes the NFL flag needs the NFL detector.')
+
+  def client_update_body(shared_weights, personal_state, client_input, extra):
+    """`extra`: () or (the NFL flag,) for a client update that takes it."""
+    result = client_update_fn()(shared_weights, personal_state, client_input['data'], *extra)
     result['update'] = update_attacks.attacked_update(
         result['update'], client_input['role'], client_input['seed'], attack_boost
     )
@@ -137,6 +143,21 @@ def build_process(
       result['update_squared_norm'] = norm
       result['statistic_weight'] = weight
     return result
+
+  if client_takes_nfl_flag:
+    client_update = tff.tensorflow.computation(
+        lambda shared_weights, personal_state, client_input, nfl_flag: client_update_body(
+            shared_weights, personal_state, client_input, (nfl_flag,)
+        ),
+        shared_type, personal_type, input_type, np.int32,
+    )
+  else:
+    client_update = tff.tensorflow.computation(
+        lambda shared_weights, personal_state, client_input: client_update_body(
+            shared_weights, personal_state, client_input, ()
+        ),
+        shared_type, personal_type, input_type,
+    )
 
   aggregation = (model_aggregator or tff.aggregators.MeanFactory()).create(
       shared_type.trainable, tff.TensorType(np.float32)
@@ -192,10 +213,10 @@ def build_process(
       tff.FederatedType(personal_type, tff.CLIENTS),
   )
   def next_fn(state, client_data, personal_states):
-    client_outputs = tff.federated_map(
-        client_update,
-        (tff.federated_broadcast(state.global_model_weights), personal_states, client_data),
-    )
+    client_args = (tff.federated_broadcast(state.global_model_weights), personal_states, client_data)
+    if client_takes_nfl_flag:  # The flag the detector raised up to the last round.
+      client_args += (tff.federated_broadcast(state.nfl.flagged),)
+    client_outputs = tff.federated_map(client_update, client_args)
     aggregated = aggregation.next(
         state.aggregator, client_outputs.update, client_outputs.update_weight
     )

@@ -105,6 +105,18 @@ FEDPROX_MU = flags.DEFINE_float(
 )
 
 # Aggregation of the shared update (every algorithm with a global model).
+# LINDT (Lin et al. 2020): the dual model.
+LINDT_MODE = flags.DEFINE_enum(
+    'lindt_mode', 'always', ['always', 'on_detection'],
+    'LINDT: dual training every round, or FedAvg until the NFL detector flags'
+    ' NFL (needs --nfl_detection).',
+)
+LINDT_STOP = flags.DEFINE_enum(
+    'lindt_stop', 'persist', ['persist', 'after_one_round'],
+    'LINDT on_detection: keep dual training once activated, or give each'
+    ' client one dual round.',
+)
+
 # APFL (Deng, Kamani, Mahdavi 2020).
 APFL_ALPHA = flags.DEFINE_float(
     'apfl_alpha', 0.5, "APFL: a new client's mixing weight of its personal model.",
@@ -378,6 +390,8 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       ditto_personal_steps=DITTO_PERSONAL_STEPS.value,
       ditto_personal_epochs=DITTO_PERSONAL_EPOCHS.value,
       fedprox_mu=FEDPROX_MU.value,
+      lindt_mode=LINDT_MODE.value,
+      lindt_stop=LINDT_STOP.value,
       apfl_alpha=APFL_ALPHA.value,
       apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
       apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,
@@ -537,6 +551,12 @@ def _check_aggregator_flags() -> None:
 
 
 def _check_nfl_flags() -> None:
+  if ALGORITHM.value == 'lindt' and LINDT_MODE.value == 'on_detection' and (
+      not NFL_DETECTION.value
+  ):
+    raise UsageError(
+        '--lindt_mode=on_detection needs the NFL detector: add --nfl_detection.'
+    )
   if not NFL_DETECTION.value:
     return
   if ALGORITHM.value not in algorithm_registry.DETECTOR_ALGORITHMS:
