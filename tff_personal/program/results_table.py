@@ -31,6 +31,8 @@ SETTINGS = {
     'eps_inf': 'DP clipping, no noise (epsilon = inf)',
     'eps_8': 'DP, epsilon = 8',
     'eps_2': 'DP, epsilon = 2',
+    'eps_8_clip01': 'DP, epsilon = 8, clip norm 0.1',
+    'eps_2_clip01': 'DP, epsilon = 2, clip norm 0.1',
 }
 COLUMNS = {
     'fedavg': 'FedAvg',
