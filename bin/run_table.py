@@ -3,6 +3,7 @@
   bin/run_table.py --task=fmnist      # Ditto's attack table (configs/ditto_table)
   bin/run_table.py --task=femnist
   bin/run_table.py --configs_dir=configs/dp_table --task=femnist   # DP table
+  bin/run_table.py --task=fmnist --seeds=0,1,2 --columns=fedavg,ditto
 
 Each cell group is a flagfile `<configs_dir>/<task>__<setting>__<column>.flags`
 that `bin/train.py --flagfile=...` runs alone; this program runs the ones
@@ -13,6 +14,7 @@ and the checks of the shape Ditto's paper reports where its settings are in
 the table. Logs go to <root_output_dir>/<run>.log.
 """
 
+import collections
 import os
 import subprocess
 import sys
@@ -34,6 +36,16 @@ ROOT_OUTPUT_DIR = flags.DEFINE_string(
 )
 OUTPUT_MARKDOWN = flags.DEFINE_string(
     'output_markdown', None, 'Also write the table to this file.'
+)
+SEEDS = flags.DEFINE_list(
+    'seeds', [],
+    "Run every cell with each of these seeds (--seed=s; experiment <name>__seed<s>,"
+    " the flagfile's own seed keeps <name>) and show the mean over seeds."
+    " Empty: the flagfiles' seed.",
+)
+SETTINGS = flags.DEFINE_list('settings', [], 'Only these settings (rows); empty: all.')
+COLUMNS = flags.DEFINE_list(
+    'columns', [], 'Only the runs of these columns (flagfile suffixes); empty: all.'
 )
 RUN = flags.DEFINE_bool('run', True, 'Run missing experiments (False: only read results).')
 
@@ -58,18 +70,26 @@ def _flag_value(flagfile: str, name: str) -> str:
   return value
 
 
-def _run(run: results_table.Run) -> int:
+def _run(run: results_table.Run, name: str, seed) -> int:
   os.makedirs(_root(), exist_ok=True)
-  log_path = os.path.join(_root(), f'{run.name}.log')
-  print(f'running {run.name} (log: {log_path})', flush=True)
+  log_path = os.path.join(_root(), f'{name}.log')
+  print(f'running {name} (log: {log_path})', flush=True)
+  command = [
+      sys.executable, os.path.join(_REPO, 'bin', 'train.py'),
+      f'--flagfile={run.flagfile}', f'--root_output_dir={_root()}',
+      f'--experiment_name={name}',
+  ]
+  if seed is not None:
+    command.append(f'--seed={seed}')
   with open(log_path, 'a') as log:
-    return subprocess.call(
-        [
-            sys.executable, os.path.join(_REPO, 'bin', 'train.py'),
-            f'--flagfile={run.flagfile}', f'--root_output_dir={_root()}',
-        ],
-        cwd=_REPO, stdout=log, stderr=subprocess.STDOUT,
-    )
+    return subprocess.call(command, cwd=_REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _seeds() -> list:
+  try:
+    return [int(s) for s in SEEDS.value] or [None]
+  except ValueError:
+    sys.exit(f'run_table.py: error: --seeds={",".join(SEEDS.value)}: not integers')
 
 
 def _last_line(path: str) -> str:
@@ -87,31 +107,51 @@ def main(argv):
     runs = results_table.find_runs(CONFIGS_DIR.value, TASK.value)
   except FileNotFoundError as e:
     sys.exit(f'run_table.py: error: --task={TASK.value}: {e}')
-  results, privacy = {}, []
+  runs = [
+      r for r in runs
+      if (not SETTINGS.value or r.setting in SETTINGS.value)
+      and (not COLUMNS.value or r.column in COLUMNS.value)
+  ]
+  if not runs:
+    sys.exit('run_table.py: error: --settings/--columns select no flagfile')
+  seeds = _seeds()
+  per_seed, privacy = collections.defaultdict(list), []
   for run in runs:
-    experiment_dir = os.path.join(_root(), run.name)
     total_rounds = int(_flag_value(run.flagfile, 'total_rounds'))
-    summary_path = os.path.join(experiment_dir, 'summary.json')
-    summary = results_table.read_summary(summary_path, total_rounds)
-    if summary is None and RUN.value:
-      code = _run(run)
+    flagfile_seed = _flag_value(run.flagfile, 'seed')
+    flagfile_seed = int(flagfile_seed) if flagfile_seed is not None else None
+    for seed in seeds:
+      name = run.name_for_seed(seed, flagfile_seed)
+      summary_path = os.path.join(_root(), name, 'summary.json')
       summary = results_table.read_summary(summary_path, total_rounds)
+      if summary is None and RUN.value:
+        code = _run(run, name, seed)
+        summary = results_table.read_summary(summary_path, total_rounds)
+        if summary is None:
+          note = _last_line(os.path.join(_root(), f'{name}.log'))
+          per_seed[(run.setting, run.column)].append(f'failed (exit {code}): {note[:80]}')
       if summary is None:
-        note = _last_line(os.path.join(_root(), f'{run.name}.log'))
-        results[(run.setting, run.column)] = f'failed (exit {code}): {note[:80]}'
-    if summary is not None:
+        if not RUN.value:
+          per_seed[(run.setting, run.column)].append('not run')
+        continue
       for column, cell in results_table.cells_of_summary(run.column, summary).items():
-        results[(run.setting, column)] = cell
+        per_seed[(run.setting, column)].append(cell)
       if summary.get('privacy'):
         spent = summary['privacy']
         privacy.append(
-            f'- {run.name}: noise multiplier {spent["privacy/noise_multiplier"]:.4g},'
+            f'- {name}: noise multiplier {spent["privacy/noise_multiplier"]:.4g},'
             f' epsilon {spent["privacy/epsilon"]:.4g} at delta {spent["privacy/delta"]:.3g}'
         )
+  results = {key: results_table.over_seeds(cells) for key, cells in per_seed.items()}
   settings = results_table.in_table_order({r.setting for r in runs}, results_table.SETTINGS)
   columns = results_table.in_table_order({c for _, c in results}, results_table.COLUMNS)
+  seeds_note = (
+      f' Mean over seeds {",".join(map(str, seeds))}; [each seed\'s mean].'
+      if len(seeds) > 1 else ''
+  )
   lines = [
-      f'Benign clients\' test accuracy on {TASK.value}: mean ± std (worst-10% mean).',
+      f'Benign clients\' test accuracy on {TASK.value}: mean ± std (worst-10% mean).'
+      + seeds_note,
       '',
       results_table.markdown(results, settings, columns),
       '',

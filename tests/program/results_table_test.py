@@ -78,3 +78,20 @@ def test_ditto_shape_checks():
   checks = results_table.ditto_shape_checks(results)
   assert [passed for _, passed in checks] == [True, False, True, True]
   assert checks[1][0] == 'a1_50: Ditto 0.6400 >= FedAvg 0.6000 + 0.05'
+
+
+def test_seeds_keep_the_flagfile_seed_name_and_average_cells():
+  run = results_table.Run('f.flags', 'fmnist', 'clean', 'ditto')
+  assert run.name_for_seed(None, 0) == 'fmnist__clean__ditto'
+  assert run.name_for_seed(0, 0) == 'fmnist__clean__ditto'
+  assert run.name_for_seed(2, 0) == 'fmnist__clean__ditto__seed2'
+  one = results_table.Cell(0.5, 0.2, 0.1)
+  assert results_table.over_seeds([one]) is one
+  cell = results_table.over_seeds([one, results_table.Cell(0.7, 0.1, 0.3)])
+  assert (cell.mean, cell.std, cell.worst10) == pytest.approx((0.6, 0.15, 0.2))
+  assert str(cell) == '0.6000 ± 0.1500 (0.2000) [0.500, 0.700]'
+  assert results_table.over_seeds([one, 'failed (exit 1)']) == 'failed (exit 1)'
+  checks = results_table.ditto_shape_checks(
+      {('clean', 'fedavg'): cell, ('clean', 'ditto'): one}
+  )
+  assert checks == [('clean: Ditto 0.5000 >= FedAvg 0.6000', False)]

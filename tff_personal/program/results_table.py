@@ -8,7 +8,9 @@ A table is a directory of flagfiles named `<task>__<setting>__<column>.flags`
 
 Cells are the mean, standard deviation and worst-10% mean of the benign
 clients' test accuracy (Ditto, Li et al. 2021, Tables 1-2 report the mean
-and spread over benign devices).
+and spread over benign devices). A table run over several seeds (the same
+flagfile with `--seed=s`, experiment `<name>__seed<s>`) shows, per cell, the
+mean over seeds of those three numbers and each seed's benign mean.
 
 No TensorFlow here: the runner only starts `bin/train.py` processes and reads
 their `summary.json`.
@@ -58,6 +60,16 @@ class Run:
   def name(self) -> str:
     return f'{self.task}__{self.setting}__{self.column}'
 
+  def name_for_seed(self, seed: Optional[int], flagfile_seed: Optional[int]) -> str:
+    """The experiment name of this run with `seed` (None: the flagfile's).
+
+    The flagfile's own seed keeps the plain name, so a one-seed table's
+    results are reused when more seeds are added.
+    """
+    if seed is None or seed == flagfile_seed:
+      return self.name
+    return f'{self.name}__seed{seed}'
+
 
 def _order(key: str, known: Mapping[str, str]) -> tuple[int, str]:
   keys = list(known)
@@ -99,6 +111,41 @@ class Cell:
 
   def __str__(self) -> str:
     return f'{self.mean:.4f} ± {self.std:.4f} ({self.worst10:.4f})'
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedsCell:
+  """One cell over several seeds: the mean of each `Cell` field over seeds."""
+
+  cells: tuple[Cell, ...]
+
+  @property
+  def mean(self) -> float:
+    return sum(c.mean for c in self.cells) / len(self.cells)
+
+  @property
+  def std(self) -> float:
+    return sum(c.std for c in self.cells) / len(self.cells)
+
+  @property
+  def worst10(self) -> float:
+    return sum(c.worst10 for c in self.cells) / len(self.cells)
+
+  def __str__(self) -> str:
+    per_seed = ', '.join(f'{c.mean:.3f}' for c in self.cells)
+    return f'{self.mean:.4f} ± {self.std:.4f} ({self.worst10:.4f}) [{per_seed}]'
+
+
+def over_seeds(cells: Sequence[Any]) -> Any:
+  """One seed's cell as it is; several seeds' `Cell`s as a `SeedsCell`.
+
+  A note (a failed run, str) among them is the cell: a mean that silently
+  drops a seed would not be the mean over the stated seeds.
+  """
+  notes = [c for c in cells if not isinstance(c, Cell)]
+  if notes:
+    return notes[0]
+  return cells[0] if len(cells) == 1 else SeedsCell(tuple(cells))
 
 
 def cells_of_summary(column: str, summary: Mapping[str, Any]) -> dict[str, Cell]:
@@ -151,7 +198,7 @@ def ditto_shape_checks(results: Mapping[tuple[str, str], Any]) -> list[tuple[str
 
   def mean(setting, column):
     cell = results.get((setting, column))
-    return cell.mean if isinstance(cell, Cell) else None
+    return cell.mean if isinstance(cell, (Cell, SeedsCell)) else None
 
   checks = []
   ditto_clean, fedavg_clean = mean('clean', 'ditto'), mean('clean', 'fedavg')
