@@ -33,7 +33,7 @@ def main(argv):
     with ef.exit_on_errors():
       ef.check_output_dir_writable(experiment.path)
       task = ef.build_task()
-      context.install_local_context()
+      ef.install_context()
       summary = ef.train(task, ef.build_algorithm(task))
   except KeyboardInterrupt:
     print(
@@ -42,6 +42,12 @@ def main(argv):
         file=sys.stderr,
     )
     sys.exit(130)
+  except context.WorkerUnavailableError as e:
+    ef.exit_with_error(
+        f'{e} The checkpoints in {experiment.path} are intact: rerun the same command'
+        ' when the worker is back, or without --workers to resume on this machine.',
+        code=1,
+    )
   final = summary['final_eval']
   print(
       f'{ef.ALGORITHM.value} on {task.name}: mean per-client test'

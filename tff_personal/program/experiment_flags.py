@@ -274,6 +274,12 @@ ROOT_OUTPUT_DIR = flags.DEFINE_string('root_output_dir', 'output', 'Root of all 
 EXPERIMENT_NAME = flags.DEFINE_string(
     'experiment_name', None, 'Output subfolder; default <task>_<algorithm>_seed<seed>.'
 )
+WORKERS = flags.DEFINE_string(
+    'workers', None,
+    'Run on remote TFF workers (bin/worker.py) at host:port,host:port,...; each'
+    " round's clients are spread over them. Default: a local worker. Not part of"
+    ' the run: a run may resume on other workers or locally.',
+)
 
 # Data of the tasks.
 CACHE_DIR = flags.DEFINE_string(
@@ -502,6 +508,23 @@ def exit_on_errors():
     exit_with_error(e)
   except training_loop.NonFiniteRoundError as e:
     exit_with_error(e, code=1)
+
+
+def install_context() -> None:
+  """The TFF execution context of --workers (default: a local worker)."""
+  from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
+
+  if not WORKERS.value:
+    context.install_local_context()
+    return
+  try:
+    addresses = context.parse_worker_addresses(WORKERS.value)
+  except ValueError as e:
+    raise UsageError(f'--workers={WORKERS.value}: {e}.') from None
+  try:
+    context.install_remote_context(addresses)
+  except context.WorkerUnavailableError as e:
+    raise UsageError(f'--workers={WORKERS.value}: {e}') from None
 
 
 def build_task(check_sampling: bool = True):

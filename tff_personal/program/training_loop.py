@@ -34,6 +34,7 @@ from tff_personal.personal import store as store_lib
 from tff_personal.program import checkpoints as checkpoints_lib
 from tff_personal.program import outputs
 from tff_personal.program import sampling
+from tff_personal.runtime import client_keys
 from tff_personal.tasks import base
 
 
@@ -243,19 +244,21 @@ def run_training(
   eval_csv.truncate_after(start_round)
   outputs.write_json(experiment.config_path, dict(run_config))
 
+  keyed = _KeyedComputations(process, config)
   last_eval_summary = _last_eval_summary(metrics_csv)
   round_times = []
   for round_num in range(start_round + 1, config.total_rounds + 1):
     started = time.monotonic()
     state, row = _train_round(
-        task, process, state, personal, population, client_index, threat, round_num, config
+        task, process, keyed.next, state, personal, population, client_index, threat,
+        round_num, config,
     )
     row['round_seconds'] = time.monotonic() - started
     row.update(_privacy_metrics(config, len(population), round_num))
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
-          task, process, state, personal, eval_population, client_index, threat,
-          round_num, config,
+          task, process, keyed.evaluate, state, personal, eval_population, client_index,
+          threat, round_num, config,
       )
       eval_csv.append(eval_rows)
       last_eval_summary = _summarize_eval(eval_rows, accuracy_name)
@@ -357,8 +360,25 @@ class _Threat:
     return process.client_input(self.training_data(client_id, dataset, seed), role, seed)
 
 
+class _KeyedComputations:
+  """`next` and the evaluation, each client's results matched to it by key.
+
+  See `runtime.client_keys`: with several workers, client-placed results
+  come back in the order the workers finish.
+  """
+
+  def __init__(self, process, config: TrainingConfig):
+    self.next = client_keys.with_client_keys(process.next)
+    if config.finetune_epochs:
+      evaluate = process.finetuned_evaluation(config.finetune_learning_rate)
+    else:
+      evaluate = process.evaluate
+    self.evaluate = client_keys.with_client_keys(evaluate)
+
+
 def _train_round(
-    task, process, state, personal, population, client_index, threat, round_num, config
+    task, process, keyed_next, state, personal, population, client_index, threat,
+    round_num, config,
 ):
   """Samples, trains and stores one round; returns the new state and metrics."""
   clients = sampling.sample_clients(
@@ -374,7 +394,9 @@ def _train_round(
   personal_states = personal.read(
       clients, round_num, lambda: process.get_model_weights(state)
   )
-  output = process.next(state, client_data, personal_states)
+  output = client_keys.call_in_key_order(
+      keyed_next, (state, client_data, personal_states), [client_index[c] for c in clients]
+  )
   row = collections.OrderedDict(round=round_num)
   row.update(outputs.flatten_metrics(output.metrics))
   _check_finite(round_num, row)  # Before anything of the round is written.
@@ -405,13 +427,10 @@ def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str,
 
 
 def _evaluate_clients(
-    task, process, state, personal, eval_population, client_index, threat, round_num, config
+    task, process, keyed_evaluate, state, personal, eval_population, client_index, threat,
+    round_num, config,
 ):
   model_weights = process.get_model_weights(state)
-  if config.finetune_epochs:
-    evaluate = process.finetuned_evaluation(config.finetune_learning_rate)
-  else:
-    evaluate = process.evaluate
   rows = []
   step = config.eval_clients_per_call
   for start in range(0, len(eval_population), step):
@@ -426,7 +445,9 @@ def _evaluate_clients(
           for c, test in zip(chunk, client_data)
       ]
     states = personal.read(chunk, round_num + 1, lambda: model_weights)
-    results = evaluate(model_weights, client_data, states)
+    results = client_keys.call_in_key_order(
+        keyed_evaluate, (model_weights, client_data, states), [client_index[c] for c in chunk]
+    )
     for client_id, metrics in zip(chunk, results):
       row = collections.OrderedDict(round=round_num, client_id=client_id)
       row.update(outputs.flatten_metrics(metrics))

@@ -19,6 +19,13 @@ pipe of ours open.
 
 Usage: call `install_local_context()` once, from the main thread, before any
 TFF computation is invoked. Every binary and test fixture does.
+
+`install_remote_context(["host:port", ...])` instead runs computations on
+TFF workers started elsewhere (`bin/worker.py`): one worker through TFF's
+`RemoteExecutor`, several through TFF's mergeable computation context, which
+splits each round's clients into one sub-round per worker, runs the client
+work up to the aggregation on each, merges the partial aggregates and runs the
+rest (`tff.backends.native.create_mergeable_comp_execution_context`).
 """
 
 import atexit
@@ -34,6 +41,9 @@ from absl import logging
 import grpc
 import portpicker
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.executors import executors_errors
+
+_RETRYABLE_ERROR = executors_errors.RetryableGRPCError
 
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_OPTIONS = [
@@ -71,8 +81,10 @@ def _prepare_child() -> None:
 class WorkerProcess:
   """A TFF C++ worker serving the executor protocol on a localhost port."""
 
-  def __init__(self, max_concurrent_computation_calls: int = -1):
+  def __init__(self, max_concurrent_computation_calls: int = -1, port: Optional[int] = None):
+    """A worker on `port` (default: a free port picked at each start)."""
     self._max_calls = max_concurrent_computation_calls
+    self._port = port
     self._process: Optional[subprocess.Popen] = None
     self._stub = None
     self._lock = threading.Lock()
@@ -81,12 +93,16 @@ class WorkerProcess:
   def pid(self) -> Optional[int]:
     return None if self._process is None else self._process.pid
 
+  def wait(self) -> int:
+    """Blocks until the worker exits; returns its exit code."""
+    return self._process.wait()
+
   def start(self) -> None:
     """Starts the worker (no-op when it is running) and waits until ready."""
     with self._lock:
       if self._process is not None and self._process.poll() is None:
         return
-      port = portpicker.pick_unused_port()
+      port = self._port or portpicker.pick_unused_port()
       log_path = os.environ.get('TFF_PERSONAL_WORKER_LOG')
       log = open(log_path, 'ab') if log_path else subprocess.DEVNULL
       try:
@@ -190,13 +206,156 @@ def install_local_context(max_concurrent_computation_calls: int = -1):
 
   context = tff.framework.SyncExecutionContext(
       executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_fn),
-      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
-      transform_args=tff.tensorflow.transform_args,
-      transform_result=tff.tensorflow.transform_result,
+      **_context_kwargs(),
   )
   tff.framework.set_default_context(context)
   _worker = worker
   return worker
+
+
+def serve(port: int, max_concurrent_computation_calls: int = -1) -> WorkerProcess:
+  """Starts a worker serving on `port` for remote callers (`bin/worker.py`).
+
+  It is stopped by `shutdown`, which runs at exit and on SIGTERM/SIGHUP.
+  """
+  global _worker
+  _install_exit_handlers()
+  _drop_import_time_context()
+  _worker = WorkerProcess(max_concurrent_computation_calls, port=port)
+  _worker.start()
+  return _worker
+
+
+def _drop_import_time_context() -> None:
+  """Replaces the context TFF installs at import by one that runs nothing.
+
+  That context's clean-up fails at interpreter exit ("'NoneType' object has
+  no attribute 'Popen'") unless it is dropped while Python is still whole.
+  """
+  from tensorflow_federated.python.core.impl.context_stack import set_default_context  # pylint: disable=g-import-not-at-top
+
+  set_default_context.set_no_default_context()
+
+
+class WorkerUnavailableError(RuntimeError):
+  """A remote TFF worker cannot be reached (at start-up or during a round)."""
+
+
+_WORKER_LOST_AFTER_SECONDS = 10.0
+
+
+class _FailFastStub(tff.framework.RemoteExecutorGrpcStub):
+  """TFF's gRPC stub, but a worker unreachable for a while is an error.
+
+  TFF's execution contexts retry a call that failed with UNAVAILABLE forever,
+  so a dead worker would hang the run. Here calls are still retried (a
+  restarted worker or a network blip costs nothing), until the worker has
+  failed every call for `_WORKER_LOST_AFTER_SECONDS`; then the call raises
+  `WorkerUnavailableError`, which no context retries.
+  """
+
+  def __init__(self, channel, address: str):
+    super().__init__(channel)
+    self.address = address
+    self._failing_since = None
+
+  def _call(self, method, request):
+    try:
+      response = method(request)
+    except _RETRYABLE_ERROR as e:
+      now = time.monotonic()
+      self._failing_since = self._failing_since or now
+      if now - self._failing_since > _WORKER_LOST_AFTER_SECONDS:
+        raise WorkerUnavailableError(
+            f'Lost the TFF worker at {self.address}: {e.code().name}'
+            f' ({e.details()}) for {_WORKER_LOST_AFTER_SECONDS:g} s.'
+        ) from None
+      time.sleep(0.2)
+      raise
+    self._failing_since = None
+    return response
+
+
+def _fail_fast(name):
+  method = getattr(tff.framework.RemoteExecutorGrpcStub, name)
+  return lambda self, request: self._call(lambda r: method(self, r), request)  # pylint: disable=protected-access
+
+
+for _name in (
+    'get_executor', 'create_value', 'create_struct', 'create_call', 'create_selection',
+    'compute', 'dispose', 'dispose_executor',
+):
+  setattr(_FailFastStub, _name, _fail_fast(_name))
+
+
+def _remote_stub(address: str, timeout_seconds: float):
+  channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
+  try:
+    grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
+  except grpc.FutureTimeoutError:
+    channel.close()
+    raise WorkerUnavailableError(
+        f'No TFF worker answers at {address} within {timeout_seconds:g} s; start one'
+        f' there with bin/worker.py --port={address.rsplit(":", 1)[-1]}.'
+    ) from None
+  return _FailFastStub(channel, address)
+
+
+def _executor_factory(stub):
+  def executor_fn(cardinalities):
+    cardinalities.setdefault(tff.CLIENTS, 0)  # As TFF's own local factory.
+    executor = tff.framework.RemoteExecutor(stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return tff.framework.ResourceManagingExecutorFactory(executor_fn)
+
+
+def _context_kwargs():
+  return dict(
+      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result,
+  )
+
+
+def parse_worker_addresses(text: str) -> list[str]:
+  """`host1:port,host2:port` as a list; ValueError naming what is wrong."""
+  addresses = [a.strip() for a in text.split(',') if a.strip()]
+  if not addresses:
+    raise ValueError('no worker address given (host:port,...)')
+  for address in addresses:
+    host, _, port = address.rpartition(':')
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(f'{address!r} is not host:port')
+  if len(set(addresses)) != len(addresses):
+    raise ValueError('a worker address is given twice')
+  return addresses
+
+
+def install_remote_context(addresses, ready_timeout_seconds: float = 30.0) -> None:
+  """Makes TFF workers at `addresses` ("host:port") the default context.
+
+  Raises `WorkerUnavailableError` if one does not answer in time. With one
+  address, every computation runs on that worker; with several, TFF's
+  mergeable computation context spreads each round's clients over them
+  (client-placed results then come back in the order the workers finish:
+  `runtime.client_keys` matches them to their clients).
+  """
+  _drop_import_time_context()
+  stubs = [_remote_stub(a, ready_timeout_seconds) for a in addresses]
+  if len(stubs) == 1:
+    context = tff.framework.SyncExecutionContext(
+        executor_fn=_executor_factory(stubs[0]), **_context_kwargs()
+    )
+  else:
+    context = tff.backends.native.create_mergeable_comp_execution_context([
+        tff.framework.AsyncExecutionContext(
+            executor_fn=_executor_factory(stub), **_context_kwargs()
+        )
+        for stub in stubs
+    ])
+  tff.framework.set_default_context(context)
 
 
 def shutdown() -> None:
