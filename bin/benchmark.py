@@ -15,6 +15,10 @@ Prints, on the same clients' data and the same model:
   LINDT always-mode: the dual model's two networks, one backward pass);
 * the personal state store's read + write of the round's clients, as a share
   of the round;
+* the store part of a round (read and write of the round's clients, and the
+  checkpoint's compaction and fingerprint) with --stored_clients states
+  already stored (e.g. 100 vs 100,000): whether a round grows with the
+  population, and the process's peak memory after each;
 * start-up: importing TensorFlow and TFF, and the first trace and call of
   our FedAvg round.
 
@@ -63,6 +67,11 @@ BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 20, 'Local batch size.', 
 LEARNING_RATE = flags.DEFINE_float('client_learning_rate', 0.05, "Clients' SGD rate.")
 ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up).', lower_bound=1)
 SEED = flags.DEFINE_integer('seed', 0, 'Picks the clients.')
+STORED_CLIENTS = flags.DEFINE_list(
+    'stored_clients', ['100', '100000'],
+    'Populations of stored personal states (the first timed algorithm with'
+    ' personal state) at which to time the store part of a round; empty: skip.',
+)
 
 # Passes over a client's data per round, relative to FedAvg's one.
 _PASSES = {'fedavg': 1, 'fedper': 1, 'fedprox': 1, 'local': 1, 'ditto': 2, 'apfl': 2, 'lindt': 2}
@@ -176,7 +185,52 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir):
 
     store_seconds = _median_seconds(store_round, ROUNDS.value)
     store.close()
-  return round_seconds, store_seconds, first_call
+  flat = [np.asarray(v) for v in tf.nest.flatten(holder['personal'][0])]
+  return round_seconds, store_seconds, first_call, flat if process.has_personal_state else None
+
+
+def _peak_memory_mib() -> float:
+  import resource  # pylint: disable=g-import-not-at-top
+
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _store_scaling(flat_state, cohort: int, populations, store_dir):
+  """Store seconds of a round and of a checkpoint with `population` states stored."""
+  rows = []
+  rng = np.random.default_rng(SEED.value)
+  for population in populations:
+    path = os.path.join(store_dir, f'population_{population}.sqlite')
+    store = store_lib.ClientStateStore(path, create=True)
+    chunk = 1000
+    for start in range(0, population, chunk):
+      store.write(0, {f'client_{i}': flat_state for i in range(start, min(start + chunk, population))})
+    store.checkpoint(0)
+    round_num = [0]
+
+    def store_round():
+      round_num[0] += 1
+      clients = [f'client_{i}' for i in rng.choice(population, cohort, replace=False)]
+      store.read(clients, before_round=round_num[0])
+      store.write(round_num[0], {c: flat_state for c in clients})
+
+    def checkpoint():
+      store.checkpoint(round_num[0])
+      store.fingerprint(round_num[0])
+
+    round_seconds = _median_seconds(store_round, ROUNDS.value)
+    checkpoint_seconds = _median_seconds(checkpoint, 1)
+    store.close()
+    size_mib = os.path.getsize(path) / 2**20
+    os.remove(path)
+    rows.append((population, round_seconds, checkpoint_seconds, size_mib, _peak_memory_mib()))
+    print(
+        f'store with {population} clients ({size_mib:.0f} MiB): read+write of {cohort}'
+        f' clients {round_seconds * 1000:.1f} ms, checkpoint+fingerprint'
+        f' {checkpoint_seconds * 1000:.1f} ms; peak memory {rows[-1][4]:.0f} MiB',
+        flush=True,
+    )
+  return rows
 
 
 def main(argv):
@@ -209,10 +263,14 @@ def main(argv):
   stock = _stock_fedavg_round(task, datasets, lr)
   print(f'stock tff.learning FedAvg: {stock:.3f} s a round = {stock / floor:.2f}x the floor',
         flush=True)
-  rows = []
+  rows, scaling_state, scaling = [], None, []
   with tempfile.TemporaryDirectory() as store_dir:
     for name in ALGORITHMS.value:
-      seconds, store_seconds, first_call = _our_round(name, task, clients, datasets, lr, store_dir)
+      seconds, store_seconds, first_call, flat = _our_round(
+          name, task, clients, datasets, lr, store_dir
+      )
+      if flat is not None and scaling_state is None:
+        scaling_state = (name, flat)
       own_floor = floor * _PASSES[name]
       rows.append((name, seconds, own_floor, store_seconds, first_call))
       print(
@@ -221,6 +279,12 @@ def main(argv):
           f' {store_seconds * 1000:.1f} ms = {100 * store_seconds / seconds:.1f}% of the round;'
           f' first call (trace + run) {first_call:.1f} s',
           flush=True,
+      )
+    if scaling_state is not None and STORED_CLIENTS.value:
+      print(f'personal state of {scaling_state[0]}:'
+            f' {sum(a.nbytes for a in scaling_state[1]) / 1024:.0f} KiB a client', flush=True)
+      scaling = _store_scaling(
+          scaling_state[1], len(clients), [int(n) for n in STORED_CLIENTS.value], store_dir
       )
   print()
   print('| | s a round | floor (s) | ratio | store share |')
@@ -232,6 +296,12 @@ def main(argv):
         f'| ours: {name} | {seconds:.3f} | {own_floor:.3f} | {seconds / own_floor:.2f} |'
         f' {100 * store_seconds / seconds:.1f}% |'
     )
+  if scaling:
+    print('\n| stored clients | store MiB | read+write (ms) | checkpoint+fingerprint (ms) | peak MiB |')
+    print('|---|---|---|---|---|')
+    for population, round_seconds, checkpoint_seconds, size_mib, peak in scaling:
+      print(f'| {population} | {size_mib:.0f} | {round_seconds * 1000:.1f} |'
+            f' {checkpoint_seconds * 1000:.1f} | {peak:.0f} |')
   first = f'; first {rows[0][0]} round (trace + run) {rows[0][4]:.1f} s' if rows else ''
   print(f'\nstart-up: importing TensorFlow and TFF {_IMPORTED - _STARTED:.1f} s{first}')
 
