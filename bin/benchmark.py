@@ -236,10 +236,10 @@ def _store_scaling(flat_state, cohort: int, populations, store_dir):
 def main(argv):
   if len(argv) > 1:
     sys.exit(f'benchmark.py: error: unexpected arguments: {" ".join(argv[1:])}')
+  context.install_local_context()  # First: it also retires TFF's import-time context.
   unknown = [a for a in ALGORITHMS.value if a not in _PASSES]
   if unknown:
     sys.exit(f'benchmark.py: error: --algorithms: unknown {", ".join(unknown)}')
-  context.install_local_context()
   task = task_registry.build_task(
       TASK.value,
       task_registry.TaskOptions(femnist_path=FEMNIST_PATH.value, cache_dir=CACHE_DIR.value),
