@@ -38,7 +38,6 @@ def with_client_keys(computation: tff.Computation) -> tff.Computation:
   def keyed(arg, keys):
     return computation(arg), keys
 
-  keyed.wrapped = computation
   return keyed
 
 
