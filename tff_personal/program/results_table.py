@@ -35,6 +35,7 @@ SETTINGS = {
     'eps_2': 'DP, epsilon = 2',
     'eps_8_clip01': 'DP, epsilon = 8, clip norm 0.1',
     'eps_2_clip01': 'DP, epsilon = 2, clip norm 0.1',
+    'eps_inf_clip001': 'DP clipping to 0.01, no noise (epsilon = inf)',
     'eps_8_clip001': 'DP, epsilon = 8, clip norm 0.01',
     'eps_2_clip001': 'DP, epsilon = 2, clip norm 0.01',
 }
