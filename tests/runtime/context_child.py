@@ -1,7 +1,9 @@
 """A run for context_test.py: starts the TFF context, computes, then ends as told.
 
 Usage: context_child.py exit|raise|wait
-Prints `READY <worker pid>` once a computation has run on the worker.
+Prints `READY <worker pid>` once a computation has run on the worker, then
+(modes exit and raise) waits for its stdin to close, so that the test can look
+at the worker before the run ends.
 """
 
 import os
@@ -25,6 +27,8 @@ def main(mode: str) -> None:
 
   assert total([1, 2, 3]) == 6
   print(f'READY {worker.pid}', flush=True)
+  if mode in ('exit', 'raise'):
+    sys.stdin.read()
   if mode == 'raise':
     raise RuntimeError('the run failed')
   if mode == 'wait':

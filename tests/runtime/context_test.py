@@ -39,6 +39,9 @@ def start_run(mode: str) -> tuple[subprocess.Popen, int, set[int]]:
   env = dict(os.environ, PYTHONPATH=_REPO_ROOT)
   run = subprocess.Popen(
       [sys.executable, _CHILD, mode],
+      # Modes exit and raise end only once stdin closes (communicate() below):
+      # until then the worker is certainly alive for the checks.
+      stdin=subprocess.PIPE,
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
       env=env,
