@@ -96,3 +96,31 @@ def test_num_parameters():
 def test_bad_arguments(kwargs, message):
   with pytest.raises(ValueError, match=message):
     dp.build_dp_aggregator(clients_per_round=K, **kwargs)
+
+
+def build_scalar_round(setting):
+  process = dp.build_squared_norm_aggregator(setting).create(tff.TensorType(np.float32))
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def one_round(values):
+    return process.next(process.initialize(), values).result
+
+  return one_round
+
+
+def test_detector_squared_norms_are_clipped_to_c_squared_and_averaged_over_k():
+  one_round = build_scalar_round(dp.DpSetting(noise_multiplier=0.0, clip_norm=0.5,
+                                              clients_per_round=K))
+  # C^2 = 0.25: 0.9 counts as 0.25; the sum divides by K = 4, not by the 3 present.
+  assert one_round([0.9, 0.1, 0.05]) == pytest.approx((0.25 + 0.1 + 0.05) / K)
+
+
+def test_detector_squared_norms_take_k_times_the_updates_noise_multiplier():
+  from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  one_round = build_scalar_round(dp.DpSetting(noise_multiplier=0.3, clip_norm=0.5,
+                                              clients_per_round=K))
+  draws = np.array([one_round([0.0] * K) for _ in range(400)])
+  expected = accounting.DETECTOR_NOISE_FACTOR * 0.3 * 0.5**2 / K  # 0.1875
+  # 400 draws: the sample std's standard error is ~3.5%; a 15% band.
+  assert abs(np.std(draws) / expected - 1) < 0.15

@@ -88,3 +88,21 @@ def test_default_delta_is_below_one_over_n():
   assert accounting.default_delta(105) < 1 / 105
   with pytest.raises(ValueError):
     accounting.default_delta(0)
+
+
+def test_the_detectors_release_is_a_second_gaussian_in_the_same_round():
+  """Two Gaussians on the same sampled clients = one of z / sqrt(1 + 1/k^2)."""
+  population, k, rounds = 105, 10, 30
+  delta = accounting.default_delta(population)
+  factor = accounting.DETECTOR_NOISE_FACTOR
+  with_detector = accounting.epsilon(1.0, population, k, rounds, delta, with_detector=True)
+  equivalent = accounting.epsilon(
+      1.0 / math.sqrt(1 + 1 / factor**2), population, k, rounds, delta
+  )
+  assert with_detector == pytest.approx(equivalent, rel=1e-6)
+  assert with_detector > accounting.epsilon(1.0, population, k, rounds, delta)
+  calibrated = accounting.calibrate_noise_multiplier(
+      4.0, population, k, rounds, delta, with_detector=True
+  )
+  assert accounting.epsilon(calibrated, population, k, rounds, delta, with_detector=True) <= 4.0
+  assert calibrated > accounting.calibrate_noise_multiplier(4.0, population, k, rounds, delta)

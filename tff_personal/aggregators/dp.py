@@ -110,6 +110,23 @@ def build_dp_aggregator(
   return tff.aggregators.as_weighted_aggregator(factory)
 
 
+def build_squared_norm_aggregator(setting: DpSetting) -> tff.aggregators.UnweightedAggregationFactory:
+  """The NFL detector's DP mean of the clients' squared update norms.
+
+  TFF's Gaussian DP mean of one scalar per client, clipped to C^2, with
+  noise multiplier k z (k = `accounting.DETECTOR_NOISE_FACTOR`), divided by
+  K: the detector's statistic is released under DP like the update, and the
+  accountant counts it (`privacy/accounting.py`).
+  """
+  from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      accounting.DETECTOR_NOISE_FACTOR * setting.noise_multiplier,
+      float(setting.clients_per_round),
+      setting.clip_norm**2,
+  )
+
+
 def noise_stddev_of_mean(
     noise_multiplier: float, clip_norm: float, clients_per_round: int
 ) -> float:

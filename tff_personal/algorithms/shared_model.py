@@ -22,7 +22,9 @@ the rest is FedAvg's composition (McMahan et al. 2017), written once here:
 
 With an NFL detector (`nfl.detector`), each client also sends the scalar
 ||update||^2, the server state gains the detector's state (`nfl`) and M its
-metrics (`nfl/w_div`, `nfl/flagged`, ...).
+metrics (`nfl/w_div`, `nfl/flagged`, ...). Under DP the scalars are averaged
+by TFF's Gaussian DP mean (`aggregators.dp.build_squared_norm_aggregator`,
+state `nfl_norm_aggregator`), so everything the round releases is private.
 
 Only `update` (and that scalar) and the metrics leave the clients;
 `personal_state` stays at CLIENTS.
@@ -136,12 +138,10 @@ def build_process(
     )
     if nfl_detector is not None:
       norm = detector_lib.squared_norm(result['update'])
-      weight = result['update_weight']
-      if dp_setting is not None:
+      if dp_setting is not None:  # The norm of the update DP clips (the DP mean clips it too).
         norm = tf.minimum(norm, dp_setting.clip_norm**2)
-        weight = tf.cast(weight > 0, tf.float32)
       result['update_squared_norm'] = norm
-      result['statistic_weight'] = weight
+      result['statistic_weight'] = result['update_weight']  # Unused under DP.
     return result
 
   if client_takes_nfl_flag:
@@ -175,10 +175,15 @@ def build_process(
             dp.num_parameters(shared_type.trainable)
         ),
     )
+  norm_aggregation = None
   if nfl_detector is not None:
     initial_detector_fn = process_lib.constant_computation(
         detector_lib.initial_state(nfl_detector)
     )
+    if dp_setting is not None:  # The statistic is released under DP too.
+      norm_aggregation = dp.build_squared_norm_aggregator(dp_setting).create(
+          tff.TensorType(np.float32)
+      )
 
   @tff.federated_computation
   def initialize_fn():
@@ -189,6 +194,8 @@ def build_process(
     )
     if initial_detector_fn is not None:
       state['nfl'] = tff.federated_eval(initial_detector_fn, tff.SERVER)
+    if norm_aggregation is not None:
+      state['nfl_norm_aggregator'] = norm_aggregation.initialize()
     return tff.federated_zip(state)
 
   state_type = initialize_fn.type_signature.result
@@ -235,14 +242,22 @@ def build_process(
         non_finite_clients=tff.federated_sum(client_outputs.non_finite),
     )
     if nfl_detector is not None:
-      mean_squared_norm = tff.federated_mean(
-          client_outputs.update_squared_norm, weight=client_outputs.statistic_weight
-      )
+      if norm_aggregation is None:
+        mean_squared_norm = tff.federated_mean(
+            client_outputs.update_squared_norm, weight=client_outputs.statistic_weight
+        )
+      else:
+        norm_aggregated = norm_aggregation.next(
+            state.nfl_norm_aggregator, client_outputs.update_squared_norm
+        )
+        mean_squared_norm = norm_aggregated.result
       detected = tff.federated_map(
           detector_update,
           (state.nfl, mean_squared_norm, aggregated.result, state.global_model_weights),
       )
       new_state['nfl'], metrics['nfl'] = detected[0], detected[1]
+      if norm_aggregation is not None:
+        new_state['nfl_norm_aggregator'] = norm_aggregated.state
     return process_lib.PersonalizedProcessOutput(
         tff.federated_zip(new_state), client_outputs.personal_state, tff.federated_zip(metrics)
     )

@@ -19,7 +19,9 @@ average. Under DP the aggregate carries Gaussian noise n with E||n||^2 = N0
 (`aggregators.dp.expected_noise_squared_norm`), E||Delta_bar + n||^2 =
 ||Delta_bar||^2 + N0, so N0 is added back: D = mean ||Delta_i||^2 -
 (||aggregate||^2 - N0), floored at 0; with DP the clients report the norm of
-their clipped update.
+their clipped update, and mean ||Delta_i||^2 is itself a Gaussian DP mean
+(`aggregators.dp.build_squared_norm_aggregator`; its noise has mean 0, so
+nothing is added back for it).
 
   w_div = sqrt(D) / ||w||     (w: the shared weights the round started from)
 

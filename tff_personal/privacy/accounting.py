@@ -14,7 +14,18 @@ Gaussian mechanism's noise multiplier relative to that sensitivity is z / 2:
   round event = SampledWithoutReplacement(N, K, Gaussian(z / 2))
   run event   = SelfComposed(round event, rounds)
 
-and epsilon at delta comes from an RDP accountant (`REPLACE_ONE`). Every
+and epsilon at delta comes from an RDP accountant (`REPLACE_ONE`).
+
+With the NFL detector, a DP round releases a second Gaussian mechanism: the
+sum of the clients' squared update norms, each clipped to C^2, with noise
+N(0, (k z C^2)^2), k = DETECTOR_NOISE_FACTOR (`aggregators/dp.py`). It is
+accounted in the same round, on the same sampled clients:
+
+  round event = SampledWithoutReplacement(N, K, Composed[Gaussian(z / 2),
+                                                         Gaussian(k z / 2)])
+
+(the same as one Gaussian of multiplier z / 2 / sqrt(1 + 1 / k^2): with
+k = 10, epsilon is that of a 0.5% smaller z). Every
 quantity is a deterministic function of (z, N, K, rounds, delta), so a
 resumed run reports exactly the epsilon of an uninterrupted one.
 """
@@ -26,6 +37,9 @@ import dp_accounting
 # Noise multipliers above this drown any update: a target epsilon that needs
 # more is called unreachable.
 MAX_NOISE_MULTIPLIER = 100.0
+# The NFL detector's squared-norm sum takes k times the update's noise
+# multiplier: little privacy spent on one scalar (module docstring).
+DETECTOR_NOISE_FACTOR = 10.0
 
 
 class UnreachableEpsilonError(ValueError):
@@ -40,22 +54,32 @@ def default_delta(population: int) -> float:
 
 
 def run_event(
-    noise_multiplier: float, population: int, clients_per_round: int, rounds: int
+    noise_multiplier: float, population: int, clients_per_round: int, rounds: int,
+    with_detector: bool = False,
 ) -> dp_accounting.DpEvent:
-  """The `dp_accounting` event of `rounds` rounds (module docstring)."""
+  """The `dp_accounting` event of `rounds` rounds (module docstring).
+
+  `with_detector`: each round also releases the NFL detector's noised sum.
+  """
   if not 1 <= clients_per_round <= population:
     raise ValueError(
         f'Need 1 <= clients_per_round <= population, got {clients_per_round}'
         f' and {population}.'
     )
+  mechanism = dp_accounting.GaussianDpEvent(noise_multiplier / 2)
+  if with_detector:
+    mechanism = dp_accounting.ComposedDpEvent([
+        mechanism, dp_accounting.GaussianDpEvent(DETECTOR_NOISE_FACTOR * noise_multiplier / 2)
+    ])
   round_event = dp_accounting.SampledWithoutReplacementDpEvent(
-      population, clients_per_round, dp_accounting.GaussianDpEvent(noise_multiplier / 2)
+      population, clients_per_round, mechanism
   )
   return dp_accounting.SelfComposedDpEvent(round_event, rounds)
 
 
 def epsilon(
-    noise_multiplier: float, population: int, clients_per_round: int, rounds: int, delta: float
+    noise_multiplier: float, population: int, clients_per_round: int, rounds: int, delta: float,
+    with_detector: bool = False,
 ) -> float:
   """Epsilon at `delta` after `rounds` rounds; inf without noise, 0 before any round."""
   if not 0 < delta < 1:
@@ -67,7 +91,9 @@ def epsilon(
   accountant = dp_accounting.rdp.RdpAccountant(
       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
   )
-  accountant.compose(run_event(noise_multiplier, population, clients_per_round, rounds))
+  accountant.compose(
+      run_event(noise_multiplier, population, clients_per_round, rounds, with_detector)
+  )
   return float(accountant.get_epsilon(delta))
 
 
@@ -78,6 +104,7 @@ def calibrate_noise_multiplier(
     rounds: int,
     delta: float,
     tolerance: float = 1e-3,
+    with_detector: bool = False,
 ) -> float:
   """The smallest noise multiplier (to `tolerance`) with epsilon <= target.
 
@@ -86,7 +113,7 @@ def calibrate_noise_multiplier(
   """
   if not target_epsilon > 0:
     raise ValueError(f'The target epsilon must be > 0, got {target_epsilon}.')
-  spent = lambda z: epsilon(z, population, clients_per_round, rounds, delta)
+  spent = lambda z: epsilon(z, population, clients_per_round, rounds, delta, with_detector)
   if spent(MAX_NOISE_MULTIPLIER) > target_epsilon:
     raise UnreachableEpsilonError(
         f'epsilon={target_epsilon} is unreachable in {rounds} rounds of'
