@@ -115,6 +115,20 @@ def test_graph_mode_matches_eager(task):
   assert int(pixel_sum(tf.constant('client_003'))) == eager
 
 
+def test_dataset_computation_gives_the_same_batches(task):
+  computation = task.train_dataset_computation(epochs=2, batch_size=10)
+  assert str(computation.type_signature) == (
+      '(<client_id=str,seed=int64> -> <float32[?,28,28,1],int32[?]>*)'
+  )
+  inside = computation(('client_002', 5))
+  outside = task.train_dataset('client_002', epochs=2, batch_size=10, seed=5)
+  inside_x, inside_y = zip(*[(x.numpy(), y.numpy()) for x, y in inside])
+  outside_x, outside_y = zip(*[(x.numpy(), y.numpy()) for x, y in outside])
+  assert [len(y) for y in inside_y] == [10] * 12 + [8]
+  np.testing.assert_array_equal(np.concatenate(inside_x), np.concatenate(outside_x))
+  np.testing.assert_array_equal(np.concatenate(inside_y), np.concatenate(outside_y))
+
+
 def test_deterministic_given_seed(options, task):
   again = fmnist.build_fmnist_task(options)
   assert _ids(again.test_data, 'client_000') == _ids(task.test_data, 'client_000')

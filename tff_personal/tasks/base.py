@@ -104,6 +104,25 @@ class Task:
     raw = self.train_data.create_tf_dataset_for_client(client_id)
     return self.preprocess_train(raw, epochs, batch_size, seed)
 
+  def train_dataset_computation(self, *, epochs: int, batch_size: int) -> tff.Computation:
+    """`train_dataset` built inside the TFF runtime from a client id and seed.
+
+    Type signature: `(<client_id=str, seed=int64> -> (x, y)*)`. Composed
+    in front of a round (`tff.simulation.compose_dataset_computation_with_computation`)
+    the clients receive ids and read their examples where they run, instead
+    of having their batches serialized into every call. Same id and seed,
+    same batches as `train_dataset`.
+    """
+    read = self.train_data.serializable_dataset_fn
+
+    @tff.tensorflow.computation(
+        tff.StructType([('client_id', np.str_), ('seed', np.int64)])
+    )
+    def client_dataset(arg):
+      return self.preprocess_train(read(arg.client_id), epochs, batch_size, arg.seed)
+
+    return client_dataset
+
   def test_dataset(self, client_id: str, *, batch_size: int) -> tf.data.Dataset:
     """Batches of `(x, y)` of one client's own test split."""
     raw = self.test_data.create_tf_dataset_for_client(client_id)
@@ -117,6 +136,30 @@ class DataUnavailableError(Exception):
   """
 
 
+def shuffled_epochs(
+    dataset: tf.data.Dataset, epochs: int, seed: int, shuffle_buffer: int = 1000
+) -> tf.data.Dataset:
+  """`epochs` passes over `dataset`, epoch e shuffled with seed (seed, e).
+
+  Each epoch has its own order, and the order depends only on (seed, epoch):
+  not on how many times the dataset was iterated before. So a client that
+  passes over its data twice (Ditto's global and personal models) sees the
+  same batches both times, whether its dataset was built in Python and
+  serialized into the round or built inside the TFF runtime from a client id
+  (`Task.train_dataset_computation`); and a resumed run replays the same
+  batches. (`shuffle(reshuffle_each_iteration=True)` would give the second
+  iteration of the same dataset object a new order.)
+  """
+  seed = tf.cast(seed, tf.int64)
+
+  def epoch(e):
+    return dataset.shuffle(
+        shuffle_buffer, seed=seed * 1_000_003 + e, reshuffle_each_iteration=False
+    )
+
+  return tf.data.Dataset.range(epochs).flat_map(epoch)
+
+
 def shuffle_repeat_batch(
     dataset: tf.data.Dataset,
     epochs: int,
@@ -124,15 +167,8 @@ def shuffle_repeat_batch(
     seed: int,
     shuffle_buffer: int = 1000,
 ) -> tf.data.Dataset:
-  """Seeded shuffle (reshuffled every epoch), `epochs` passes, batches.
-
-  Same seed, same order: resumed runs replay exactly the same batches.
-  """
-  return (
-      dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-      .repeat(epochs)
-      .batch(batch_size)
-  )
+  """`shuffled_epochs`, then batches (across epoch boundaries)."""
+  return shuffled_epochs(dataset, epochs, seed, shuffle_buffer).batch(batch_size)
 
 
 def example_preprocessing(

@@ -276,9 +276,7 @@ def create_preprocess_fns(sequence_length: int = DEFAULT_SEQUENCE_LENGTH):
     return _PREPROCESSING.create_preprocess_fn(spec, sequence_length)
 
   def preprocess_train(dataset, epochs, batch_size, seed):
-    dataset = dataset.shuffle(
-        SHUFFLE_BUFFER_SIZE, seed=seed, reshuffle_each_iteration=True
-    ).repeat(epochs)
+    dataset = base.shuffled_epochs(dataset, epochs, seed, SHUFFLE_BUFFER_SIZE)
     return tff_preprocess(batch_size)(dataset)
 
   def preprocess_eval(dataset, batch_size):

@@ -269,9 +269,7 @@ def load_clients(
 
 
 def _shuffle_repeat(dataset, epochs, seed):
-  return dataset.shuffle(
-      SHUFFLE_BUFFER_SIZE, seed=seed, reshuffle_each_iteration=True
-  ).repeat(epochs)
+  return base.shuffled_epochs(dataset, epochs, seed, SHUFFLE_BUFFER_SIZE)
 
 
 def _eval_spec(batch_size):

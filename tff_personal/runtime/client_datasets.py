@@ -1,0 +1,67 @@
+"""Clients that build their own datasets inside the TFF runtime.
+
+A round normally receives each client's batches as a serialized
+`tf.data.Dataset` in every call. Composing a dataset computation
+`(K -> D*)` in front of `next` (TFF's "dataset computation", e.g.
+`Task.train_dataset_computation` with K = `<client_id, seed>`) makes the
+round take keys instead, and each client reads its examples where it runs:
+
+  next: (<S@SERVER, {D*}@CLIENTS, {P}@CLIENTS> -> R)
+    becomes (<S@SERVER, {K}@CLIENTS, {P}@CLIENTS> -> R)
+  next: (<S@SERVER, {<data=D*,role=int32,seed=int64>}@CLIENTS, {P}@CLIENTS> -> R)
+    becomes (<S@SERVER, {<data=K,role=int32,seed=int64>}@CLIENTS, {P}@CLIENTS> -> R)
+
+The first form is what `tff.simulation.compose_dataset_computation_with_computation`
+does; the second keeps the attack roles of `algorithms.shared_model` beside
+the data. Same keys, same batches, same results (tested).
+"""
+
+import tensorflow_federated as tff
+
+
+def _client_input_type(next_fn: tff.Computation) -> tff.FederatedType:
+  parameter = next_fn.type_signature.parameter
+  if not isinstance(parameter, tff.StructType) or len(parameter) != 3:
+    raise TypeError(f'Expected next(state, client_data, personal_states); got {parameter}.')
+  return parameter[1]
+
+
+def compose_client_datasets(
+    dataset_computation: tff.Computation, next_fn: tff.Computation
+) -> tff.Computation:
+  """`next_fn` with each client's dataset built from a key by `dataset_computation`."""
+  client_input = _client_input_type(next_fn)
+  dataset_type = dataset_computation.type_signature.result
+  member = client_input.member
+  if isinstance(member, tff.SequenceType):
+    if not member.is_assignable_from(dataset_type):
+      raise TypeError(f'The dataset computation returns {dataset_type}; next takes {member}.')
+    return tff.simulation.compose_dataset_computation_with_computation(
+        dataset_computation, next_fn
+    )
+  names = [name for name, _ in tff.structure.iter_elements(member)]
+  if not isinstance(member, tff.StructType) or 'data' not in names:
+    raise TypeError(f'Clients take neither a dataset nor <data=...,...>: {client_input}.')
+  if not member.data.is_assignable_from(dataset_type):
+    raise TypeError(f'The dataset computation returns {dataset_type}; next takes {member.data}.')
+  key_input = tff.FederatedType(
+      tff.StructType([
+          (name, dataset_computation.type_signature.parameter if name == 'data' else t)
+          for name, t in tff.structure.iter_elements(member)
+      ]),
+      tff.CLIENTS,
+  )
+  parameter = next_fn.type_signature.parameter
+
+  @tff.federated_computation(parameter[0], key_input, parameter[2])
+  def composed_next(state, client_keys, personal_states):
+    client_data = tff.federated_zip(
+        tff.structure.Struct([
+            (name, tff.federated_map(dataset_computation, client_keys.data)
+             if name == 'data' else getattr(client_keys, name))
+            for name in names
+        ])
+    )
+    return next_fn(state, client_data, personal_states)
+
+  return composed_next
