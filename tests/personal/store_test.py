@@ -1,5 +1,6 @@
 """ClientStateStore: round-trips, versions, checkpoint/restore and bad stores."""
 
+import io
 import os
 import sqlite3
 import threading
@@ -21,6 +22,39 @@ def test_serialization_round_trip_keeps_dtypes_and_shapes():
   assert [a.shape for a in restored] == [(2, 3), (1,), (), (0,)]
   for a, b in zip(arrays, restored):
     np.testing.assert_array_equal(a, b)
+
+
+def test_serialization_is_np_save_format_and_reads_old_rows():
+  arrays = state(2.5) + [np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))]
+  saved = io.BytesIO()
+  for array in arrays:
+    np.save(saved, array, allow_pickle=False)
+  # Rows written by np.save (the store's first format) still read back...
+  restored = store_lib.deserialize_state(saved.getvalue())
+  for a, b in zip(arrays, restored):
+    np.testing.assert_array_equal(a, b)
+  # ... and C-ordered arrays serialize to exactly np.save's bytes.
+  c_ordered = [np.ascontiguousarray(a) if np.ndim(a) else a for a in arrays]
+  expected = io.BytesIO()
+  for array in c_ordered:
+    np.save(expected, array, allow_pickle=False)
+  assert store_lib.serialize_state(c_ordered) == expected.getvalue()
+  restored[0][0, 0] = -1.0  # Writable arrays.
+
+
+def test_truncated_or_object_state_is_an_error():
+  blob = store_lib.serialize_state(state(1.0))
+  with pytest.raises(EOFError):
+    store_lib.deserialize_state(blob[:-4])
+  with pytest.raises(ValueError, match='Python objects'):
+    store_lib.serialize_state([np.array([{}], dtype=object)])
+
+
+def test_new_store_uses_large_pages(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  store_lib.ClientStateStore(path).write(1, {'a': state(1.0)})
+  (page_size,) = sqlite3.connect(path).execute('PRAGMA page_size;').fetchone()
+  assert page_size == 65536
 
 
 def test_read_returns_none_for_unseen_clients_and_newest_version(tmp_path):
@@ -147,6 +181,7 @@ def test_corrupt_row_is_a_clear_error(tmp_path):
   path = str(tmp_path / 's.sqlite')
   store = store_lib.ClientStateStore(path)
   store.write(1, {'a': state(1.0), 'b': state(2.0)})
+  store.flush()  # Corrupt the committed row.
   with sqlite3.connect(path) as connection:
     connection.execute(
         "UPDATE personal_states SET state = x'00ff00ff' WHERE client_id = 'b';"
@@ -154,3 +189,58 @@ def test_corrupt_row_is_a_clear_error(tmp_path):
   assert store.read(['a'])[0][0][0, 0] == 1.0
   with pytest.raises(store_lib.StoreMismatchError, match="client 'b' written in round 1"):
     store.read(['a', 'b'])
+
+
+def test_write_behind_serves_pending_rows_and_commits_in_the_background(tmp_path, monkeypatch):
+  path = str(tmp_path / 's.sqlite')
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0)})
+  store.flush()
+  release = threading.Event()
+  insert = store_lib.ClientStateStore._insert
+
+  def slow_insert(connection, rows):
+    assert release.wait(10)
+    insert(connection, rows)
+
+  monkeypatch.setattr(store_lib.ClientStateStore, '_insert', staticmethod(slow_insert))
+  arrays = state(2.0)
+  store.write(2, {'a': arrays, 'b': state(20.0)})
+  arrays[0][:] = -1.0  # The store keeps what was written, not the caller's arrays.
+  other = store_lib.ClientStateStore(path, create=False, write_behind=False)
+  assert other.read(['a', 'b'])[0][0][0, 0] == 1.0  # Not committed yet...
+  assert other.read(['b']) == [None]
+  a, b = store.read(['a', 'b'])  # ... but the writing store serves it.
+  assert a[0][0, 0] == 2.0 and b[0][0, 0] == 20.0
+  assert store.read(['a'], before_round=2)[0][0][0, 0] == 1.0
+  release.set()
+  assert store.fingerprint(2) == store_lib.StoreFingerprint(2, 2, 2)  # Waits for the write.
+  assert other.read(['a'])[0][0][0, 0] == 2.0
+  store.close()
+  other.close()
+
+
+def test_failed_background_write_is_raised_by_the_next_call(tmp_path, monkeypatch):
+  path = str(tmp_path / 's.sqlite')
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0)})
+  fingerprint = store.checkpoint(1)
+
+  def full_disk(connection, rows):
+    raise sqlite3.OperationalError('database or disk is full')
+
+  monkeypatch.setattr(store_lib.ClientStateStore, '_insert', staticmethod(full_disk))
+  store.write(2, {'a': state(2.0)})
+  with pytest.raises(store_lib.StoreWriteError, match='disk is full.*resume'):
+    store.flush()
+  with pytest.raises(store_lib.StoreWriteError):
+    store.write(3, {'a': state(3.0)})
+  with pytest.raises(store_lib.StoreWriteError):
+    store.checkpoint(2)
+  with pytest.raises(store_lib.StoreWriteError):
+    store.close()
+  monkeypatch.undo()
+  reopened = store_lib.ClientStateStore(path, create=False)
+  reopened.restore(fingerprint)  # The checkpointed state is intact.
+  assert reopened.read(['a'])[0][0][0, 0] == 1.0
+  reopened.close()
