@@ -4,6 +4,7 @@
   bin/run_table.py --task=femnist
   bin/run_table.py --configs_dir=configs/dp_table --task=femnist   # DP table
   bin/run_table.py --task=fmnist --seeds=0,1,2 --columns=fedavg,ditto
+  bin/run_table.py --configs_dir=configs/nfl_table --task=fmnist --report=nfl   # NFL table
 
 Each cell group is a flagfile `<configs_dir>/<task>__<setting>__<column>.flags`
 that `bin/train.py --flagfile=...` runs alone; this program runs the ones
@@ -22,6 +23,7 @@ import sys
 from absl import app
 from absl import flags
 
+from tff_personal.program import nfl_table
 from tff_personal.program import results_table
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +50,12 @@ COLUMNS = flags.DEFINE_list(
     'columns', [], 'Only the runs of these columns (flagfile suffixes); empty: all.'
 )
 RUN = flags.DEFINE_bool('run', True, 'Run missing experiments (False: only read results).')
+REPORT = flags.DEFINE_enum(
+    'report', 'accuracy', ['accuracy', 'nfl'],
+    'accuracy: benign accuracy cells and Ditto\'s checks; nfl: central and local'
+    ' accuracy, beta against the Local runs, the NFL detector\'s confusion counts'
+    ' (tff_personal/program/nfl_table.py; configs/nfl_table).',
+)
 
 
 def _root() -> str:
@@ -115,7 +123,7 @@ def main(argv):
   if not runs:
     sys.exit('run_table.py: error: --settings/--columns select no flagfile')
   seeds = _seeds()
-  per_seed, privacy = collections.defaultdict(list), []
+  per_seed, privacy, finished = collections.defaultdict(list), [], {}
   for run in runs:
     total_rounds = int(_flag_value(run.flagfile, 'total_rounds'))
     flagfile_seed = _flag_value(run.flagfile, 'seed')
@@ -134,6 +142,11 @@ def main(argv):
         if not RUN.value:
           per_seed[(run.setting, run.column)].append('not run')
         continue
+      finished[(run.setting, run.column, seed if seed is not None else flagfile_seed)] = (
+          os.path.join(_root(), name)
+      )
+      if REPORT.value == 'nfl':
+        continue
       for column, cell in results_table.cells_of_summary(run.column, summary).items():
         per_seed[(run.setting, column)].append(cell)
       if summary.get('privacy'):
@@ -142,6 +155,12 @@ def main(argv):
             f'- {name}: noise multiplier {spent["privacy/noise_multiplier"]:.4g},'
             f' epsilon {spent["privacy/epsilon"]:.4g} at delta {spent["privacy/delta"]:.3g}'
         )
+  if REPORT.value == 'nfl':
+    try:
+      _output(nfl_table.report(finished, TASK.value))
+    except (ValueError, KeyError) as e:
+      sys.exit(f'run_table.py: error: cannot read the NFL table: {e}')
+    return
   results = {key: results_table.over_seeds(cells) for key, cells in per_seed.items()}
   settings = results_table.in_table_order({r.setting for r in runs}, results_table.SETTINGS)
   columns = results_table.in_table_order({c for _, c in results}, results_table.COLUMNS)
@@ -159,7 +178,10 @@ def main(argv):
       f'- [{"x" if passed else " "}] {text}'
       for text, passed in results_table.ditto_shape_checks(results)
   ]
-  text = '\n'.join(lines)
+  _output('\n'.join(lines))
+
+
+def _output(text: str) -> None:
   print(text)
   if OUTPUT_MARKDOWN.value:
     with open(OUTPUT_MARKDOWN.value, 'w') as f:

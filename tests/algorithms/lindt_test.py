@@ -174,3 +174,18 @@ def test_clients_without_a_dual_round_are_evaluated_with_the_global_model(flaggi
 def test_on_detection_needs_the_detector():
   with pytest.raises(ValueError, match='needs the NFL detector'):
     lindt.build_lindt(MODEL, client_learning_rate=0.1, mode='on_detection')
+
+
+def test_a_sequence_model_takes_attaching_modules():
+  """Shakespeare's char RNN (time dimension unknown): embedding and GRU outputs
+  [batch, time, units] are intertwined per example over all steps."""
+  from tff_personal.tasks import shakespeare  # pylint: disable=g-import-not-at-top
+
+  spec = shakespeare.build_shakespeare_model_spec(sequence_length=5)
+  lindt.check_chain(spec)  # Raised "mixed types" before: input shape (None, None).
+  models = lindt.DualModel(spec)
+  tokens = tf.constant([[1, 5, 9, 0, 0], [3, 3, 2, 7, 1]], tf.int64)
+  global_logits, local_logits = models.dual(tokens)
+  assert global_logits.shape == local_logits.shape == (2, 5, shakespeare.VOCAB_SIZE)
+  # G's branch is the global model itself.
+  np.testing.assert_allclose(global_logits, models.global_model(tokens), atol=1e-6)

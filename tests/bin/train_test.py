@@ -258,3 +258,28 @@ def test_bad_aggregator_flags(argv, expected, capsys, cache_dir, tmp_path):
   with pytest.raises(SystemExit) as excinfo:
     run_main([f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}'] + argv)
   assert expected in one_line_error(capsys, excinfo)
+
+
+def test_flags_txt_reruns_the_same_run(tmp_path):
+  """flags.txt parses back to the same run: lists, bools, unset (None) flags,
+  and every setting of DP, the NFL detector, LINDT, APFL and fine-tuning."""
+  argv = [
+      '--task=fmnist', '--algorithm=lindt', '--lindt_mode=on_detection',
+      '--lindt_stop=after_one_round', '--nfl_detection', '--nfl_threshold=0.0271',
+      '--nfl_window=4', '--dp_clip_norm=0.5', '--dp_noise_multiplier=0.1',
+      '--ditto_lambda_grid=0.1,1.0', '--apfl_alpha=0.25', '--noapfl_adaptive_alpha',
+      '--finetune_epochs=2',
+  ]
+  with flagsaver.flagsaver():
+    ef.parse_flags_or_exit(['train.py'] + argv)
+    config, flagfile = ef.run_config(), ef.resolved_flagfile()
+  for name, value in [('nfl_threshold', 0.0271), ('lindt_stop', 'after_one_round'),
+                      ('dp_noise_multiplier', 0.1), ('ditto_lambda_grid', ['0.1', '1.0']),
+                      ('apfl_adaptive_alpha', False), ('finetune_epochs', 2),
+                      ('nfl_detection', True), ('dp_delta', None)]:
+    assert config[name] == value, name
+  path = tmp_path / 'flags.txt'
+  path.write_text(flagfile)
+  with flagsaver.flagsaver():
+    ef.parse_flags_or_exit(['train.py', f'--flagfile={path}'])
+    assert ef.run_config() == config

@@ -263,3 +263,31 @@ def test_dp_run_reports_epsilon_every_round_and_resume_keeps_the_ledger(tmp_path
     assert {r['privacy/noise_multiplier'] for r in rows} == {'1.2'}
   assert summary['privacy']['privacy/epsilon'] == pytest.approx(expected[-1], rel=1e-12)
   assert summary['privacy']['privacy/delta'] == 1e-3
+
+
+@pytest.mark.parametrize(
+    'algorithm, central_column',
+    [('fedavg', '{acc}'), ('apfl', 'global_model/{acc}'), ('lindt', 'global_model/{acc}'),
+     ('fedper', None), ('local', None)],
+)
+def test_central_accuracy_is_the_global_model_on_the_pooled_test_sets(
+    algorithm, central_column, tmp_path
+):
+  """FedAvg's clients evaluate the global model itself; APFL's and LINDT's
+  evaluate their personal models, so the global model is evaluated apart;
+  FedPer's shared part and Local have no whole global model."""
+  summary = train(algorithm, tmp_path, 'run', total_rounds=2)
+  rows = list(_final_eval_rows(tmp_path, 'run').values())
+  acc = summary['accuracy_metric']
+  if central_column is None:
+    assert 'eval/central_accuracy' not in summary['final_eval']
+    assert not any(k.startswith('global_model/') for k in rows[0])
+    return
+  column = central_column.format(acc=acc)
+  pooled = sum(float(r[column]) * float(r['num_examples']) for r in rows) / sum(
+      float(r['num_examples']) for r in rows
+  )
+  assert summary['final_eval']['eval/central_accuracy'] == pytest.approx(pooled)
+  if algorithm != 'fedavg':
+    # The personal models are not the global model.
+    assert any(r['global_model/loss'] != r['loss'] for r in rows)

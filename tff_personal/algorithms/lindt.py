@@ -113,8 +113,10 @@ def check_chain(model_spec: base.ModelSpec) -> None:
         'LINDT needs a model whose layers are its blocks in order, with no'
         ' other layer; this model has no place for attaching modules.'
     )
+  # Unknown dimensions (a sequence model's time) take 5 steps.
+  shape = [2] + [5 if d is None else d for d in model.input_shape[1:]]
   x = tf.random.stateless_uniform(
-      [2] + list(model.input_shape[1:]), seed=[1, 2], maxval=3,
+      shape, seed=[1, 2], maxval=3,
       dtype=tf.float32 if model.input.dtype.is_floating else tf.int32,
   )
   chained = _apply_blocks(model, model_spec.blocks, x)[-1]

@@ -332,6 +332,10 @@ _RUN_FLAGS = (
     FEDPROX_MU, AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
     AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
+    DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
+    APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
+    DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA, NFL_DETECTION,
+    NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, FINETUNE_EPOCHS, FINETUNE_LEARNING_RATE,
 )
 
 
@@ -441,6 +445,7 @@ def training_config():
       attack_fraction=ATTACK_FRACTION.value,
       dp_noise_multiplier=_DP.noise_multiplier if _DP else None,
       dp_delta=_DP.delta if _DP else None,
+      dp_with_detector=bool(_DP) and NFL_DETECTION.value,
       finetune_epochs=FINETUNE_EPOCHS.value,
       finetune_learning_rate=(
           CLIENT_LEARNING_RATE.value
@@ -463,9 +468,18 @@ def run_config() -> dict[str, Any]:
   return config
 
 
+def _flag_line(holder) -> str:
+  """`--name=value` as absl parses it back (bools `--[no]name`, lists joined)."""
+  if isinstance(holder.value, bool):
+    return f'--{"" if holder.value else "no"}{holder.name}'
+  if isinstance(holder.value, (list, tuple)):
+    return f'--{holder.name}={",".join(map(str, holder.value))}'
+  return f'--{holder.name}={holder.value}'
+
+
 def resolved_flagfile() -> str:
   """A flagfile of every experiment flag's value (reruns the same run)."""
-  lines = [f'--{holder.name}={holder.value}' for holder in _RUN_FLAGS]
+  lines = [_flag_line(holder) for holder in _RUN_FLAGS if holder.value is not None]
   lines += [
       f'--root_output_dir={ROOT_OUTPUT_DIR.value}',
       f'--experiment_name={experiment_name()}',
@@ -490,7 +504,8 @@ def check_output_dir_writable(path: str, flag: Any = None) -> None:
 
 @contextlib.contextmanager
 def exit_on_errors():
-  """Bad input -> one line and exit code 2; a diverged run -> exit code 1."""
+  """Bad input -> one line and exit code 2; a diverged run or a failed store
+  write -> exit code 1."""
   from tff_personal.personal import store  # pylint: disable=g-import-not-at-top
   from tff_personal.program import checkpoints  # pylint: disable=g-import-not-at-top
   from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
@@ -506,7 +521,7 @@ def exit_on_errors():
       store.StoreMismatchError,
   ) as e:
     exit_with_error(e)
-  except training_loop.NonFiniteRoundError as e:
+  except (training_loop.NonFiniteRoundError, store.StoreWriteError) as e:
     exit_with_error(e, code=1)
 
 
@@ -667,7 +682,7 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
     try:
       noise = accounting.calibrate_noise_multiplier(
           DP_TARGET_EPSILON.value, population, CLIENTS_PER_ROUND.value,
-          TOTAL_ROUNDS.value, delta,
+          TOTAL_ROUNDS.value, delta, with_detector=NFL_DETECTION.value,
       )
     except accounting.UnreachableEpsilonError as e:
       raise UsageError(f'--dp_target_epsilon={DP_TARGET_EPSILON.value}: {e}') from e

@@ -25,9 +25,11 @@ from typing import Any, Mapping, Optional, TextIO
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_personal.attacks import label_poison
 from tff_personal.attacks import roles
+from tff_personal.evaluation import per_client
 from tff_personal.evaluation import summary as summary_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.personal import store as store_lib
@@ -65,6 +67,8 @@ class TrainingConfig:
     dp_noise_multiplier: the DP noise multiplier of the aggregator (None: no
       DP); each round then reports the epsilon spent (`privacy/...`).
     dp_delta: delta of that epsilon.
+    dp_with_detector: the NFL detector releases its DP-noised squared-norm
+      sum each round too; the accountant counts it.
   """
 
   total_rounds: int
@@ -84,6 +88,7 @@ class TrainingConfig:
   finetune_learning_rate: float = 0.0
   dp_noise_multiplier: Optional[float] = None
   dp_delta: Optional[float] = None
+  dp_with_detector: bool = False
 
 
 class ResumeError(Exception):
@@ -244,7 +249,8 @@ def run_training(
   eval_csv.truncate_after(start_round)
   outputs.write_json(experiment.config_path, dict(run_config))
 
-  keyed = _KeyedComputations(process, config)
+  keyed = _KeyedComputations(task, process, config)
+  central_key = _central_accuracy_key(process, keyed, config, accuracy_name)
   last_eval_summary = _last_eval_summary(metrics_csv)
   round_times = []
   for round_num in range(start_round + 1, config.total_rounds + 1):
@@ -257,11 +263,11 @@ def run_training(
     row.update(_privacy_metrics(config, len(population), round_num))
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
-          task, process, keyed.evaluate, state, personal, eval_population, client_index,
-          threat, round_num, config,
+          task, process, keyed.evaluate, keyed.central, state, personal, eval_population,
+          client_index, threat, round_num, config,
       )
       eval_csv.append(eval_rows)
-      last_eval_summary = _summarize_eval(eval_rows, accuracy_name)
+      last_eval_summary = _summarize_eval(eval_rows, accuracy_name, central_key)
       row.update(last_eval_summary)
     metrics_csv.append([row])
     tensorboard.write(round_num, row)
@@ -316,7 +322,7 @@ def _privacy_metrics(config: TrainingConfig, population: int, rounds: int) -> di
   return collections.OrderedDict([
       ('privacy/epsilon', accounting.epsilon(
           config.dp_noise_multiplier, population, config.clients_per_round, rounds,
-          config.dp_delta,
+          config.dp_delta, config.dp_with_detector,
       )),
       ('privacy/delta', config.dp_delta),
       ('privacy/noise_multiplier', config.dp_noise_multiplier),
@@ -367,13 +373,27 @@ class _KeyedComputations:
   come back in the order the workers finish.
   """
 
-  def __init__(self, process, config: TrainingConfig):
+  def __init__(self, task, process, config: TrainingConfig):
     self.next = client_keys.with_client_keys(process.next)
     if config.finetune_epochs:
       evaluate = process.finetuned_evaluation(config.finetune_learning_rate)
     else:
       evaluate = process.evaluate
     self.evaluate = client_keys.with_client_keys(evaluate)
+    # The global model alone, where the clients' models are not it (APFL,
+    # LINDT, Ditto) and the shared weights are a whole model (not FedPer's).
+    self.central = None
+    if process.has_personal_state and process.sends_updates and _is_whole_model(task, process):
+      self.central = client_keys.with_client_keys(
+          per_client.build_global_model_evaluation(task.model.tff_model_fn)
+      )
+
+
+def _is_whole_model(task, process) -> bool:
+  """Whether the process's shared weights W are a whole model of the task."""
+  with tf.Graph().as_default():
+    whole = tff.learning.models.weights_type_from_model(task.model.tff_model_fn)
+  return process.get_model_weights.type_signature.result.is_equivalent_to(whole)
 
 
 def _train_round(
@@ -427,8 +447,8 @@ def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str,
 
 
 def _evaluate_clients(
-    task, process, keyed_evaluate, state, personal, eval_population, client_index, threat,
-    round_num, config,
+    task, process, keyed_evaluate, keyed_central, state, personal, eval_population,
+    client_index, threat, round_num, config,
 ):
   model_weights = process.get_model_weights(state)
   rows = []
@@ -448,9 +468,18 @@ def _evaluate_clients(
     results = client_keys.call_in_key_order(
         keyed_evaluate, (model_weights, client_data, states), [client_index[c] for c in chunk]
     )
-    for client_id, metrics in zip(chunk, results):
+    central = [None] * len(chunk)
+    if keyed_central is not None:
+      test_data = [d['test'] for d in client_data] if config.finetune_epochs else client_data
+      central = client_keys.call_in_key_order(
+          keyed_central, (model_weights, test_data, [collections.OrderedDict()] * len(chunk)),
+          [client_index[c] for c in chunk],
+      )
+    for client_id, metrics, central_metrics in zip(chunk, results, central):
       row = collections.OrderedDict(round=round_num, client_id=client_id)
       row.update(outputs.flatten_metrics(metrics))
+      if central_metrics is not None:
+        row.update(outputs.flatten_metrics({'global_model': central_metrics}))
       row['adversary'] = int(client_id in threat.adversaries)
       rows.append(row)
   return rows
@@ -465,11 +494,25 @@ def _finetuning_data(task, threat, client_id, index, round_num, config):
   return threat.training_data(client_id, dataset, seed)
 
 
-def _summarize_eval(eval_rows, accuracy_name: str) -> collections.OrderedDict:
+def _central_accuracy_key(process, keyed, config, accuracy_name) -> Optional[str]:
+  """The eval row column holding the global model's accuracy; None: no global model."""
+  if keyed.central is not None:
+    return f'global_model/{accuracy_name}'
+  if process.has_personal_state or not process.sends_updates:
+    # FedPer's base, Local's unused model: no whole global model.
+    return None
+  return f'before_finetune/{accuracy_name}' if config.finetune_epochs else accuracy_name
+
+
+def _summarize_eval(
+    eval_rows, accuracy_name: str, central_key: Optional[str] = None
+) -> collections.OrderedDict:
   """Summaries over benign clients (`eval/...`) and adversaries (`eval/adversary_...`).
 
   With fine-tuning, the models as trained are summarized too
-  (`eval/before_finetune_...`).
+  (`eval/before_finetune_...`). `eval/central_accuracy` is the global model's
+  accuracy on the clients' test sets pooled (weighted by their sizes), read
+  from the `central_key` column of the rows.
   """
   evaluated = [r for r in eval_rows if r['num_examples'] > 0]
   result = collections.OrderedDict()
@@ -486,6 +529,11 @@ def _summarize_eval(eval_rows, accuracy_name: str) -> collections.OrderedDict:
                 [r[f'{key_prefix}{key}'] for r in rows], f'{prefix}{model_prefix}{metric}'
             )
         )
+    if rows and central_key is not None:
+      examples = sum(r['num_examples'] for r in rows)
+      result[f'{prefix}central_accuracy'] = (
+          sum(r[central_key] * r['num_examples'] for r in rows) / examples
+      )
     result[f'{prefix}num_clients'] = len(rows)
   return result
 

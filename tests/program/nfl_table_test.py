@@ -1,0 +1,145 @@
+"""The NFL table's reading: beta against the right Local run, the detector's counts."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from tff_personal.program import nfl_table
+
+ACC = 'sparse_categorical_accuracy'
+
+
+def write_run(root, name, accuracies, *, classes=5, seed=0, clients_per_round=2,
+              central=None, flagged=None, round_flagged=-1, adversaries=(),
+              before_finetune=None):
+  """A finished run: run_config.json, summary.json and eval_per_client.csv
+  (evaluated at rounds 10 and 20)."""
+  path = os.path.join(root, name)
+  os.makedirs(path)
+  with open(os.path.join(path, 'run_config.json'), 'w') as f:
+    json.dump({'task': 'fmnist', 'classes_per_client': classes, 'seed': seed,
+               'clients_per_round': clients_per_round, 'total_rounds': 20}, f)
+  final = {'eval/accuracy_mean': sum(
+      a for c, a in accuracies.items() if c not in adversaries
+  ) / sum(c not in adversaries for c in accuracies)}
+  if before_finetune:
+    final['eval/before_finetune_accuracy_mean'] = sum(before_finetune.values()) / len(
+        before_finetune
+    )
+  if central is not None:
+    final['eval/central_accuracy'] = central
+  summary = {'accuracy_metric': ACC, 'final_eval': final, 'nfl': {}}
+  if flagged is not None:
+    summary['nfl'] = {'nfl/flagged': float(flagged), 'nfl/round_flagged': float(round_flagged)}
+  with open(os.path.join(path, 'summary.json'), 'w') as f:
+    json.dump(summary, f)
+  with open(os.path.join(path, 'eval_per_client.csv'), 'w', newline='') as f:
+    columns = ['round', 'client_id', ACC, 'num_examples', 'adversary']
+    if before_finetune:
+      columns.insert(3, f'before_finetune/{ACC}')
+    writer = csv.DictWriter(f, columns)
+    writer.writeheader()
+    for round_num, shift in ((10, -0.5), (20, 0.0)):  # Round 10 must be ignored.
+      for client, accuracy in accuracies.items():
+        row = {'round': round_num, 'client_id': client, ACC: accuracy + shift,
+               'num_examples': 10, 'adversary': int(client in adversaries)}
+        if before_finetune:
+          row[f'before_finetune/{ACC}'] = before_finetune[client] + shift
+        writer.writerow(row)
+  return path
+
+
+@pytest.fixture
+def table(tmp_path):
+  root = str(tmp_path)
+  dirs = {
+      ('default', 'local', 0): write_run(
+          root, 'dl0', {'a': 0.8, 'b': 0.6, 'c': 0.5}, clients_per_round=3),
+      ('classes_2', 'local', 0): write_run(
+          root, 'cl0', {'a': 0.9, 'b': 0.9, 'c': 0.9}, classes=2, clients_per_round=3),
+      # FedAvg in the default setting: global model a=.7, b=.8, c=.9 -> gains
+      # -.1, +.2, +.4 -> beta +.5/3; fine-tuned: .9 each -> .1, .3, .4.
+      ('default', 'fedavg', 0): write_run(
+          root, 'df0', {'a': 0.9, 'b': 0.9, 'c': 0.9}, central=0.75, flagged=False,
+          before_finetune={'a': 0.7, 'b': 0.8, 'c': 0.9},
+      ),
+      # Fewer clients a round, same data: the default's Local; c is an adversary.
+      ('ratio_10', 'lindt', 0): write_run(
+          root, 'rl0', {'a': 0.9, 'b': 0.7, 'c': 0.0}, central=0.5, adversaries=('c',),
+          clients_per_round=1,
+      ),
+      # Two classes: against the own Local (0.9 each): beta -0.2, flagged at round 7.
+      ('classes_2', 'fedavg', 0): write_run(
+          root, 'cf0', {'a': 0.7, 'b': 0.7, 'c': 0.7}, classes=2, central=0.7, flagged=True,
+          round_flagged=7, before_finetune={'a': 0.7, 'b': 0.7, 'c': 0.7},
+      ),
+      ('classes_2', 'local', 1): write_run(
+          root, 'cl1', {'a': 0.5, 'b': 0.5, 'c': 0.5}, classes=2, seed=1),
+      ('classes_2', 'fedavg', 1): write_run(
+          root, 'cf1', {'a': 0.7, 'b': 0.7, 'c': 0.7}, classes=2, seed=1, central=0.7,
+          flagged=True, round_flagged=9, before_finetune={'a': 0.7, 'b': 0.7, 'c': 0.7},
+      ),
+      # Another setting with two classes per client (all clients a round).
+      ('full_2', 'fedavg', 0): write_run(
+          root, 'ff0', {'a': 1.0, 'b': 1.0, 'c': 1.0}, classes=2, clients_per_round=3,
+          before_finetune={'a': 1.0, 'b': 1.0, 'c': 1.0},
+      ),
+      # No Local run has ten classes: no beta.
+      ('classes_10', 'fedavg', 0): write_run(
+          root, 'tf0', {'a': 1.0, 'b': 1.0, 'c': 1.0}, classes=10,
+          before_finetune={'a': 1.0, 'b': 1.0, 'c': 1.0},
+      ),
+  }
+  return nfl_table.collect(dirs)
+
+
+def test_beta_is_against_the_settings_local_run_at_the_last_round(table):
+  assert table[('default', 'fedavg')][0].beta == pytest.approx(0.5 / 3)
+  assert table[('default', 'fedavg+ft')][0].beta == pytest.approx(0.8 / 3)
+  assert table[('default', 'fedavg')][0].local == pytest.approx(0.8)
+  assert table[('default', 'fedavg+ft')][0].local == pytest.approx(0.9)
+  # Fine-tuning shares FedAvg's global model.
+  assert table[('default', 'fedavg+ft')][0].central == 0.75
+  assert table[('classes_2', 'fedavg')][0].beta == pytest.approx(-0.2)
+  assert table[('classes_2', 'fedavg')][1].beta == pytest.approx(0.2)
+
+
+def test_the_local_run_is_the_one_with_the_same_data_and_seed(table):
+  assert table[('full_2', 'fedavg')][0].beta == pytest.approx(0.1)  # classes_2's Local.
+  assert table[('classes_10', 'fedavg')][0].beta is None
+
+
+def test_other_knobs_use_the_default_local_and_benign_clients_only(table):
+  # a: .9 - .8, b: .7 - .6; the adversary c is left out.
+  result = table[('ratio_10', 'lindt')][0]
+  assert result.beta == pytest.approx(0.1)
+  assert result.flagged is None and result.central == 0.5
+
+
+def test_confusion_counts_and_first_flags(table):
+  matrix = nfl_table.confusion(table)
+  # default seed 0: no flag, beta > 0; classes_2 seed 0: flag, NFL; seed 1: flag,
+  # no NFL; full_2 and classes_10 have no detector.
+  assert (matrix.true_positive, matrix.false_positive, matrix.false_negative,
+          matrix.true_negative) == (1, 1, 0, 1)
+  assert matrix.first_rounds == (('classes_2', 0, 7), ('classes_2', 1, 9))
+
+
+def test_markdown_and_checks(table):
+  text = nfl_table.markdown(table)
+  assert '| classes 2 | 0.700 / 0.700 / +0.000 [-0.200, +0.200] |' in text
+  checks = dict(nfl_table.checks(table))
+  assert checks['ratio_10: LINDT beta +0.100 > 0'] is True
+  assert checks['FedAvg cells in NFL: flagged in 1 of 1'] is True
+
+
+def test_a_local_run_missing_clients_is_an_error(tmp_path):
+  root = str(tmp_path)
+  dirs = {
+      ('default', 'local', 0): write_run(root, 'l', {'a': 0.8}, clients_per_round=1),
+      ('default', 'fedavg', 0): write_run(root, 'f', {'a': 0.8, 'b': 0.1}, central=0.5),
+  }
+  with pytest.raises(ValueError, match='did not evaluate 1'):
+    nfl_table.collect(dirs)
