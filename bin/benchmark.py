@@ -7,16 +7,23 @@ Prints, on the same clients' data and the same model:
 
 * the compute floor: plain TensorFlow running exactly the round's SGD steps
   (each client from the global weights, one pass over its batches, the
-  example-weighted mean of the updates) in one `tf.function`, the faster of
-  the clients one after the other on one model and side by side on a model
-  each;
+  example-weighted mean of the updates) in one `tf.function`, in a process
+  that never imported TFF (`program/compute_floor.py` says why); the fastest
+  of the clients one after the other on one model, side by side on a model
+  each, and side by side with one thread an op;
 * stock `tff.learning` FedAvg (`build_weighted_fed_avg`);
 * our algorithms (the program's `next` call, personal states matched by key),
   each as a ratio to its own floor: the floor's passes times the passes the
   algorithm makes over a client's data (Ditto: global and personal model;
   LINDT always-mode: the dual model's two networks, one backward pass);
-* the personal state store's read + write of the round's clients, as a share
-  of the round;
+* stock FedAvg and ours fed two ways: the clients' batches serialized into
+  every call (the program's way), and client ids + seeds with the dataset
+  computation composed in front of the round
+  (`Task.train_dataset_computation`), the clients reading their examples
+  where they run;
+* the round as the program runs it, with the personal state store in the
+  loop (read the clients' states, `next`, write them back behind the next
+  round), and the share of that round spent in store calls;
 * the store part of a round (read and write of the round's clients, and the
   checkpoint's compaction and fingerprint) with --stored_clients states
   already stored (e.g. 100 vs 100,000): whether a round grows with the
@@ -32,10 +39,15 @@ import time
 
 _STARTED = time.monotonic()
 
+import collections  # pylint: disable=g-import-not-at-top
+import dataclasses  # pylint: disable=g-import-not-at-top
 import os  # pylint: disable=g-import-not-at-top
+import json  # pylint: disable=g-import-not-at-top
 import statistics  # pylint: disable=g-import-not-at-top
+import subprocess  # pylint: disable=g-import-not-at-top
 import sys  # pylint: disable=g-import-not-at-top
 import tempfile  # pylint: disable=g-import-not-at-top
+from typing import Optional  # pylint: disable=g-import-not-at-top
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -46,10 +58,13 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 _IMPORTED = time.monotonic()
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
 from tff_personal.personal import store as store_lib  # pylint: disable=g-import-not-at-top
+from tff_personal.program import compute_floor  # pylint: disable=g-import-not-at-top
 from tff_personal.program import sampling  # pylint: disable=g-import-not-at-top
+from tff_personal.runtime import client_datasets  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import client_keys  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
 from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
@@ -89,121 +104,172 @@ def _median_seconds(fn, rounds: int) -> float:
   return statistics.median(times)
 
 
-def _floor_round(task, datasets, learning_rate, parallel: bool):
-  """The round's SGD steps in plain TensorFlow, in one `tf.function`.
+# (mode, intra-op threads, inter-op threads; 0: TensorFlow's default).
+_FLOOR_VARIANTS = (
+    ('sequential', 0, 0), ('parallel', 0, 0), ('parallel', 1, os.cpu_count() or 1),
+)
 
-  Sequential: one model, the clients one after the other (each op may use
-  every core). Parallel: one model per client, so TensorFlow's executor may
-  run the clients' loops at the same time, as TFF's runtime runs clients.
+
+def _compute_floor(task, datasets, learning_rate, folder):
+  """The round's SGD steps in plain TensorFlow, in a process without TFF.
+
+  See `program/compute_floor.py` (why apart); returns the fastest variant's
+  seconds, the steps, and every variant's seconds by name.
   """
-  models = [task.model.build() for _ in (datasets if parallel else datasets[:1])]
-  loss_fn = task.model.loss()
-  global_weights = [tf.Variable(v) for v in models[0].trainable_variables]
-  for model in models[1:]:
-    for variable, start in zip(model.trainable_variables, global_weights):
-      variable.assign(start)
-
-  @tf.function
-  def round_fn(datasets):
-    updates = [tf.zeros_like(v) for v in global_weights]
-    total = tf.constant(0.0)
-    steps = tf.constant(0)
-    for i, dataset in enumerate(datasets):
-      model = models[i % len(models)]
-      for variable, start in zip(model.trainable_variables, global_weights):
-        variable.assign(start)
-      examples = tf.constant(0.0)
-      for x, y in dataset:
-        with tf.GradientTape() as tape:
-          loss = loss_fn(y, model(x, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        for variable, gradient in zip(model.trainable_variables, gradients):
-          variable.assign_sub(learning_rate * gradient)
-        examples += tf.cast(tf.shape(y)[0], tf.float32)
-        steps += 1
-      updates = [
-          u + examples * (v - s)
-          for u, v, s in zip(updates, model.trainable_variables, global_weights)
-      ]
-      total += examples
-    for update, start in zip(updates, global_weights):
-      start.assign_add(update / total)
-    return steps
-
-  steps = []
-  seconds = _median_seconds(lambda: steps.append(int(round_fn(tuple(datasets)))), ROUNDS.value)
-  return seconds, steps[-1]
+  client_examples = []
+  for dataset in datasets:
+    batches = [(x.numpy(), y.numpy()) for x, y in dataset]
+    client_examples.append((np.concatenate([x for x, _ in batches]),
+                            np.concatenate([y for _, y in batches])))
+  compute_floor.write_round(folder, task.model.build(), task.model.loss(), learning_rate,
+                            BATCH_SIZE.value, ROUNDS.value, client_examples)
+  env = dict(os.environ, PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  seconds, steps = {}, set()
+  for mode, intra, inter in _FLOOR_VARIANTS:
+    run = subprocess.run(
+        [sys.executable, '-m', 'tff_personal.program.compute_floor', folder, f'--mode={mode}',
+         f'--intra_op_threads={intra}', f'--inter_op_threads={inter}'],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    if run.returncode:
+      sys.exit(f'benchmark.py: error: the compute floor failed: {run.stderr.strip()[-2000:]}')
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    threads = 'default threads' if not intra else f'{intra} thread an op, {inter} ops at once'
+    seconds[f'{mode}, {threads}'] = result['seconds']
+    steps.add(result['steps'])
+  if len(steps) != 1:
+    sys.exit(f'benchmark.py: error: the floor variants ran different steps: {sorted(steps)}')
+  return min(seconds.values()), steps.pop(), seconds
 
 
-def _stock_fedavg_round(task, datasets, learning_rate):
+def _stock_fedavg_round(task, client_data, learning_rate, dataset_computation=None):
+  """Median seconds of stock FedAvg's round, composed with `dataset_computation` if given."""
   process = tff.learning.algorithms.build_weighted_fed_avg(
       task.model.tff_model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
   )
+  if dataset_computation is not None:
+    process = tff.simulation.compose_dataset_computation_with_learning_process(
+        dataset_computation, process
+    )
   state = [process.initialize()]
 
   def one_round():
-    state[0] = process.next(state[0], datasets).state
+    state[0] = process.next(state[0], client_data).state
 
   return _median_seconds(one_round, ROUNDS.value)
 
 
-def _our_round(name, task, clients, datasets, learning_rate, store_dir):
-  """Median seconds of `next` and of the store's read + write of the round."""
+def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_ids,
+               dataset_computation):
+  """Median seconds of `next` (datasets serialized, and composed from ids), of
+  a round with the personal state store in the loop (read, `next`, write, as
+  the program does), and of that round's store calls."""
   process = algorithm_registry.build_algorithm(
       name, task,
       algorithm_registry.AlgorithmOptions(
           client_learning_rate=learning_rate, clients_per_round=len(clients), seed=SEED.value
       ),
   )
-  keyed = client_keys.with_client_keys(process.next)
   state = process.initialize()
   weights = process.get_model_weights(state)
   holder = {
       'state': state,
       'personal': [process.initial_personal_state(c, weights) for c in clients],
   }
-  client_data = [
-      process.client_input(d) if process.takes_client_roles else d for d in datasets
-  ]
   keys = list(range(len(clients)))
+  template = holder['personal'][0]
 
-  def one_round():
-    output = client_keys.call_in_key_order(
-        keyed, (holder['state'], client_data, holder['personal']), keys
-    )
-    holder['state'], holder['personal'] = output.state, output.personal_states
+  def round_fn(next_fn, client_data, store=None, store_seconds=None):
+    keyed = client_keys.with_client_keys(next_fn)
+    round_num = [0]
 
+    def one_round():
+      if store is not None:  # The program's round: states from the store, back to it.
+        round_num[0] += 1
+        started = time.monotonic()
+        read = store.read(clients, before_round=round_num[0])
+        holder['personal'] = [tf.nest.pack_sequence_as(template, f) for f in read]
+        store_seconds.append(time.monotonic() - started)
+      output = client_keys.call_in_key_order(
+          keyed, (holder['state'], client_data, holder['personal']), keys
+      )
+      holder['state'], holder['personal'] = output.state, output.personal_states
+      if store is not None:
+        started = time.monotonic()
+        store.write(round_num[0], {
+            c: _flat(s) for c, s in zip(clients, holder['personal'])
+        })
+        store_seconds[-1] += time.monotonic() - started
+
+    return one_round
+
+  client_data = [process.client_input(d) if process.takes_client_roles else d for d in datasets]
+  one_round = round_fn(process.next, client_data)
   started = time.monotonic()
   one_round()
   first_call = time.monotonic() - started
   round_seconds = _median_seconds(one_round, ROUNDS.value)
+  composed_next = client_datasets.compose_client_datasets(dataset_computation, process.next)
+  composed_seconds = _median_seconds(round_fn(composed_next, [
+      process.client_input(k) if process.takes_client_roles else k for k in client_ids
+  ]), ROUNDS.value)
 
-  store_seconds = 0.0
+  with_store_seconds, store_seconds = round_seconds, 0.0
   if process.has_personal_state:
     store = store_lib.ClientStateStore(os.path.join(store_dir, f'{name}.sqlite'), create=True)
-    template = holder['personal'][0]
-    round_num = [0]
-
-    def store_round():
-      round_num[0] += 1
-      flat = {c: [np.asarray(v) for v in tf.nest.flatten(s)]
-              for c, s in zip(clients, holder['personal'])}
-      store.write(round_num[0], flat)
-      read = store.read(clients, before_round=round_num[0] + 1)
-      [tf.nest.pack_sequence_as(template, f) for f in read]  # pylint: disable=expression-not-assigned
-
-    store_seconds = _median_seconds(store_round, ROUNDS.value)
+    store.write(0, {c: _flat(s) for c, s in zip(clients, holder['personal'])})
+    calls = []
+    with_store_seconds = _median_seconds(
+        round_fn(process.next, client_data, store, calls), ROUNDS.value
+    )
+    store_seconds = statistics.median(calls[1:])  # After the warm-up round.
     store.close()
-  flat = [np.asarray(v) for v in tf.nest.flatten(holder['personal'][0])]
-  return round_seconds, store_seconds, first_call, flat if process.has_personal_state else None
+  flat = _flat(holder['personal'][0])
+  personal_flat = flat if process.has_personal_state else None
+  return _OurTimes(round_seconds, composed_seconds, with_store_seconds, store_seconds,
+                   first_call, personal_flat)
 
 
-def _peak_memory_mib() -> float:
-  import resource  # pylint: disable=g-import-not-at-top
+@dataclasses.dataclass(frozen=True)
+class _OurTimes:
+  round_seconds: float  # `next` alone, the clients' datasets serialized into the call.
+  composed_seconds: float  # `next` composed with the dataset computation (ids in).
+  with_store_seconds: float  # Store read + `next` + store write.
+  store_seconds: float  # The store calls of that round (read + write, write-behind).
+  first_call: float  # Trace + first round.
+  personal_flat: Optional[list]  # A client's personal state, flat; None without one.
 
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def _flat(structure) -> list:
+  return [np.asarray(v) for v in tf.nest.flatten(structure)]
+
+
+def _client_ids_and_seeds(clients):
+  """The composed round's client input: what `datasets` in `main` were built from."""
+  return [
+      collections.OrderedDict(client_id=c, seed=SEED.value + i) for i, c in enumerate(clients)
+  ]
+
+
+def _memory_mib(field: str) -> float:
+  """`VmRSS` (resident now) or `VmHWM` (peak since the last reset) of this process."""
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith(field + ':'):
+        return int(line.split()[1]) / 1024
+  raise RuntimeError(f'/proc/self/status has no {field}.')
+
+
+def _round_memory_mib(fn) -> tuple[float, float]:
+  """(resident before, peak while `fn` ran) in MiB: Linux resets the peak
+  (`VmHWM`) on writing 5 to /proc/self/clear_refs."""
+  with open('/proc/self/clear_refs', 'w') as f:
+    f.write('5')
+  before = _memory_mib('VmRSS')
+  fn()
+  return before, _memory_mib('VmHWM')
 
 
 def _store_scaling(flat_state, cohort: int, populations, store_dir):
@@ -231,14 +297,16 @@ def _store_scaling(flat_state, cohort: int, populations, store_dir):
 
     round_seconds = _median_seconds(store_round, ROUNDS.value)
     checkpoint_seconds = _median_seconds(checkpoint, 1)
+    before, peak = _round_memory_mib(lambda: (store_round(), checkpoint()))  # pylint: disable=cell-var-from-loop
     store.close()
     size_mib = os.path.getsize(path) / 2**20
     os.remove(path)
-    rows.append((population, round_seconds, checkpoint_seconds, size_mib, _peak_memory_mib()))
+    rows.append((population, round_seconds, checkpoint_seconds, size_mib, peak - before))
     print(
         f'store with {population} clients ({size_mib:.0f} MiB): read+write of {cohort}'
         f' clients {round_seconds * 1000:.1f} ms, checkpoint+fingerprint'
-        f' {checkpoint_seconds * 1000:.1f} ms; peak memory {rows[-1][4]:.0f} MiB',
+        f' {checkpoint_seconds * 1000:.1f} ms; a round + checkpoint raised resident memory'
+        f' from {before:.0f} to at most {peak:.0f} MiB',
         flush=True,
     )
   return rows
@@ -268,32 +336,40 @@ def main(argv):
       f' median of {ROUNDS.value} rounds after a warm-up; {os.cpu_count()} CPUs.',
       flush=True,
   )
-  sequential, steps = _floor_round(task, datasets, lr, parallel=False)
-  parallel, _ = _floor_round(task, datasets, lr, parallel=True)
-  floor = min(sequential, parallel)
+  with tempfile.TemporaryDirectory() as folder:
+    floor, steps, variants = _compute_floor(task, datasets, lr, folder)
   print(
-      f'compute floor (plain TF, one tf.function): {floor:.3f} s a round, {steps} SGD steps'
-      f' (clients one after the other {sequential:.3f} s, side by side {parallel:.3f} s)',
+      f'compute floor (plain TF, one tf.function, a process without TFF): {floor:.3f} s a'
+      f' round, {steps} SGD steps ('
+      + '; '.join(f'{name} {sec:.3f} s' for name, sec in variants.items()) + ')',
       flush=True,
   )
+  client_ids = _client_ids_and_seeds(clients)
   stock = _stock_fedavg_round(task, datasets, lr)
-  print(f'stock tff.learning FedAvg: {stock:.3f} s a round = {stock / floor:.2f}x the floor',
+  # Built (traced) once, composed in front of every round below.
+  dataset_computation = task.train_dataset_computation(epochs=1, batch_size=BATCH_SIZE.value)
+  stock_composed = _stock_fedavg_round(task, client_ids, lr, dataset_computation)
+  print(f'stock tff.learning FedAvg: {stock:.3f} s a round = {stock / floor:.2f}x the floor;'
+        f' composed from client ids {stock_composed:.3f} s = {stock_composed / floor:.2f}x',
         flush=True)
   rows, scaling_state, scaling = [], None, []
   with tempfile.TemporaryDirectory() as store_dir:
     for name in ALGORITHMS.value:
-      seconds, store_seconds, first_call, flat = _our_round(
-          name, task, clients, datasets, lr, store_dir
-      )
-      if flat is not None and scaling_state is None:
-        scaling_state = (name, flat)
+      times = _our_round(name, task, clients, datasets, lr, store_dir, client_ids,
+                         dataset_computation)
+      if times.personal_flat is not None and scaling_state is None:
+        scaling_state = (name, times.personal_flat)
       own_floor = floor * _PASSES[name]
-      rows.append((name, seconds, own_floor, store_seconds, first_call))
+      rows.append((name, own_floor, times))
       print(
-          f'{name}: {seconds:.3f} s a round = {seconds / own_floor:.2f}x its floor'
-          f' ({_PASSES[name]} x {floor:.3f} s); personal store read+write'
-          f' {store_seconds * 1000:.1f} ms = {100 * store_seconds / seconds:.1f}% of the round;'
-          f' first call (trace + run) {first_call:.1f} s',
+          f'{name}: {times.round_seconds:.3f} s a round ='
+          f' {times.round_seconds / own_floor:.2f}x its floor ({_PASSES[name]} x {floor:.3f} s);'
+          f' composed from client ids {times.composed_seconds:.3f} s ='
+          f' {times.composed_seconds / own_floor:.2f}x; with the personal state store in the'
+          f' loop {times.with_store_seconds:.3f} s, of which store calls'
+          f' {times.store_seconds * 1000:.1f} ms'
+          f' ({100 * times.store_seconds / times.with_store_seconds:.1f}%);'
+          f' first call (trace + run) {times.first_call:.1f} s',
           flush=True,
       )
     if scaling_state is not None and STORED_CLIENTS.value:
@@ -303,22 +379,26 @@ def main(argv):
           scaling_state[1], len(clients), [int(n) for n in STORED_CLIENTS.value], store_dir
       )
   print()
-  print('| | s a round | floor (s) | ratio | store share |')
-  print('|---|---|---|---|---|')
-  print(f'| compute floor | {floor:.3f} | {floor:.3f} | 1.00 | |')
-  print(f'| stock tff.learning FedAvg | {stock:.3f} | {floor:.3f} | {stock / floor:.2f} | |')
-  for name, seconds, own_floor, store_seconds, _ in rows:
+  print('| | s a round | ratio to its floor | composed from ids: s | ratio |'
+        ' with the store in the loop: s | store calls: share of that round |')
+  print('|---|---|---|---|---|---|---|')
+  print(f'| compute floor | {floor:.3f} | 1.00 | | | | |')
+  print(f'| stock tff.learning FedAvg | {stock:.3f} | {stock / floor:.2f} |'
+        f' {stock_composed:.3f} | {stock_composed / floor:.2f} | | |')
+  for name, own_floor, t in rows:
     print(
-        f'| ours: {name} | {seconds:.3f} | {own_floor:.3f} | {seconds / own_floor:.2f} |'
-        f' {100 * store_seconds / seconds:.1f}% |'
+        f'| ours: {name} | {t.round_seconds:.3f} | {t.round_seconds / own_floor:.2f} |'
+        f' {t.composed_seconds:.3f} | {t.composed_seconds / own_floor:.2f} |'
+        f' {t.with_store_seconds:.3f} | {100 * t.store_seconds / t.with_store_seconds:.1f}% |'
     )
   if scaling:
-    print('\n| stored clients | store MiB | read+write (ms) | checkpoint+fingerprint (ms) | peak MiB |')
+    print('\n| stored clients | store MiB | read+write (ms) | checkpoint+fingerprint (ms) |'
+          ' memory a round adds (MiB) |')
     print('|---|---|---|---|---|')
-    for population, round_seconds, checkpoint_seconds, size_mib, peak in scaling:
+    for population, round_seconds, checkpoint_seconds, size_mib, added in scaling:
       print(f'| {population} | {size_mib:.0f} | {round_seconds * 1000:.1f} |'
-            f' {checkpoint_seconds * 1000:.1f} | {peak:.0f} |')
-  first = f'; first {rows[0][0]} round (trace + run) {rows[0][4]:.1f} s' if rows else ''
+            f' {checkpoint_seconds * 1000:.1f} | {added:.1f} |')
+  first = f'; first {rows[0][0]} round (trace + run) {rows[0][2].first_call:.1f} s' if rows else ''
   print(f'\nstart-up: importing TensorFlow and TFF {_IMPORTED - _STARTED:.1f} s{first}')
 
 if __name__ == '__main__':

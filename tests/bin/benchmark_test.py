@@ -19,14 +19,19 @@ def test_benchmark_prints_every_ratio(tmp_path):
       env=dict(os.environ, PYTHONPATH=binaries.REPO_ROOT),
   )
   out = run.stdout
-  assert re.search(r'compute floor \(plain TF, one tf.function\): [\d.]+ s a round, \d+ SGD steps', out)
-  assert re.search(r'\| stock tff.learning FedAvg \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \|', out)
-  assert re.search(r'\| ours: fedavg \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 0.0% \|', out)
-  floors = re.findall(r'\| ours: (\w+) \| [\d.]+ \| ([\d.]+) \|', out)
-  assert [name for name, _ in floors] == ['fedavg', 'ditto']
-  assert abs(float(floors[1][1]) - 2 * float(floors[0][1])) <= 0.002  # Two passes, rounded.
-  assert re.search(r'\| 10 \| \d+ \| [\d.]+ \| [\d.]+ \| \d+ \|', out)
-  assert re.search(r'\| 30 \| \d+ \| [\d.]+ \| [\d.]+ \| \d+ \|', out)
+  assert re.search(
+      r'compute floor \(plain TF, one tf.function, a process without TFF\): [\d.]+ s a round,'
+      r' \d+ SGD steps \(sequential, default threads [\d.]+ s; parallel, default threads'
+      r' [\d.]+ s; parallel, 1 thread an op, \d+ ops at once [\d.]+ s\)', out)
+  number = r'[\d.]+'
+  assert re.search(rf'\| stock tff.learning FedAvg \| {number} \| {number} \| {number} \| {number} \| \| \|', out)
+  assert re.search(rf'\| ours: fedavg \|( {number} \|){{5}} 0.0% \|', out)
+  assert re.search(rf'\| ours: ditto \|( {number} \|){{5}} {number}% \|', out)
+  floors = re.findall(r'^(\w+): .* its floor \((\d) x ([\d.]+) s\)', out, re.MULTILINE)
+  assert [(name, passes) for name, passes, _ in floors] == [('fedavg', '1'), ('ditto', '2')]
+  assert floors[0][2] == floors[1][2]  # The same floor, times the passes.
+  assert re.search(r'\| 10 \| \d+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|', out)
+  assert re.search(r'\| 30 \| \d+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|', out)
   assert 'start-up: importing TensorFlow and TFF' in out
 
 

@@ -1,0 +1,38 @@
+"""The compute floor runs the round's exact steps, in a process without TFF."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from tests import test_utils
+from tff_personal.program import compute_floor
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_floor_counts_the_round_steps_without_loading_tff(tmp_path):
+  spec = test_utils.tiny_model_spec(hidden=3)
+  rng = np.random.default_rng(0)
+  clients = [
+      (rng.normal(size=(n, 2)).astype(np.float32), rng.integers(0, 2, n).astype(np.int32))
+      for n in (7, 3, 12)
+  ]
+  compute_floor.write_round(
+      str(tmp_path), spec.build(), spec.loss(), 0.1, batch_size=5, rounds=1,
+      client_examples=clients,
+  )
+  with open(tmp_path / 'round.json') as f:
+    assert json.load(f)['loss']['class_name'] == 'SparseCategoricalCrossentropy'
+  for mode, threads in (('sequential', 0), ('parallel', 1)):
+    run = subprocess.run(
+        [sys.executable, '-m', 'tff_personal.program.compute_floor', str(tmp_path),
+         f'--mode={mode}', f'--intra_op_threads={threads}'],
+        capture_output=True, text=True, timeout=300, check=True,
+        env=dict(os.environ, PYTHONPATH=_REPO_ROOT),
+    )
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result['steps'] == 2 + 1 + 3  # ceil(7/5) + ceil(3/5) + ceil(12/5).
+    assert result['seconds'] > 0

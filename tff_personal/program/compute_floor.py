@@ -1,0 +1,137 @@
+"""The compute floor of a round: its SGD steps in plain TensorFlow, without TFF.
+
+`bin/benchmark.py` compares each algorithm's round with the same clients' SGD
+steps run by plain TensorFlow in one `tf.function`. The floor runs in its own
+process, one per variant, because TensorFlow's thread pool sizes can only be
+set before TensorFlow starts (one variant runs clients side by side with one
+thread an op), and so that nothing TFF sets up in a process (its worker, its
+contexts) shares it. This module imports only NumPy and TensorFlow, and
+refuses to report if TFF got loaded. (Measured: importing TFF beside it did
+not change the FEMNIST floor, 2.9-3.0 s either way; the same floor measured
+1.3-2.9 s at different times of one hour on this shared 2-core machine, so
+compare only times measured in one run.)
+
+  python -m tff_personal.program.compute_floor DIR --mode=parallel --intra_op_threads=1
+
+DIR (written by `write_round`): `model.json` (Keras architecture),
+`weights.npz` (the global weights), `round.json` (loss, learning rate,
+batch size, timed rounds) and `clients.npz` (each client's examples in
+training order; batched in order they give exactly the round's batches).
+Prints one JSON line: {"seconds": median round, "steps": SGD steps a round}.
+
+Modes: `sequential` (one model, clients one after the other) and `parallel`
+(a model per client, so TensorFlow's executor may run clients side by side,
+as TFF's runtime does). Thread pool sizes are set before TensorFlow starts.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def write_round(folder: str, model, loss, learning_rate: float, batch_size: int,
+                rounds: int, client_examples) -> None:
+  """Writes a round for `main`: a built Keras `model` (its weights are the
+  round's start), a Keras `loss`, and [(x, y)] per client in training order."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  with open(os.path.join(folder, 'model.json'), 'w') as f:
+    f.write(model.to_json())
+  np.savez(os.path.join(folder, 'weights.npz'), *model.get_weights())
+  with open(os.path.join(folder, 'round.json'), 'w') as f:
+    json.dump({
+        'loss': tf.keras.losses.serialize(loss),
+        'learning_rate': learning_rate,
+        'batch_size': batch_size,
+        'rounds': rounds,
+        'num_clients': len(client_examples),
+    }, f)
+  arrays = {}
+  for i, (x, y) in enumerate(client_examples):
+    arrays[f'x{i}'], arrays[f'y{i}'] = x, y
+  np.savez(os.path.join(folder, 'clients.npz'), **arrays)
+
+
+def _measure(folder: str, parallel: bool) -> dict:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  with open(os.path.join(folder, 'round.json')) as f:
+    spec = json.load(f)
+  with open(os.path.join(folder, 'model.json')) as f:
+    architecture = f.read()
+  with np.load(os.path.join(folder, 'weights.npz')) as w:
+    weights = [w[f'arr_{i}'] for i in range(len(w.files))]
+  with np.load(os.path.join(folder, 'clients.npz')) as c:
+    examples = [(c[f'x{i}'], c[f'y{i}']) for i in range(spec['num_clients'])]
+  datasets = tuple(
+      tf.data.Dataset.from_tensor_slices((x, y)).batch(spec['batch_size']) for x, y in examples
+  )
+  models = []
+  for _ in (datasets if parallel else datasets[:1]):
+    model = tf.keras.models.model_from_json(architecture)
+    model.set_weights(weights)
+    models.append(model)
+  loss_fn = tf.keras.losses.deserialize(spec['loss'])
+  learning_rate = spec['learning_rate']
+  global_weights = [tf.Variable(v) for v in models[0].trainable_variables]
+
+  @tf.function
+  def round_fn(datasets):
+    updates = [tf.zeros_like(v) for v in global_weights]
+    total = tf.constant(0.0)
+    steps = tf.constant(0)
+    for i, dataset in enumerate(datasets):
+      model = models[i % len(models)]
+      for variable, start in zip(model.trainable_variables, global_weights):
+        variable.assign(start)
+      num_examples = tf.constant(0.0)
+      for x, y in dataset:
+        with tf.GradientTape() as tape:
+          loss = loss_fn(y, model(x, training=True))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        for variable, gradient in zip(model.trainable_variables, gradients):
+          variable.assign_sub(learning_rate * gradient)
+        num_examples += tf.cast(tf.shape(y)[0], tf.float32)
+        steps += 1
+      updates = [
+          u + num_examples * (v - s)
+          for u, v, s in zip(updates, model.trainable_variables, global_weights)
+      ]
+      total += num_examples
+    for update, start in zip(updates, global_weights):
+      start.assign_add(update / total)
+    return steps
+
+  steps = int(round_fn(datasets))  # Warm-up: traces.
+  times = []
+  for _ in range(spec['rounds']):
+    started = time.monotonic()
+    round_fn(datasets)
+    times.append(time.monotonic() - started)
+  return {'seconds': statistics.median(times), 'steps': steps}
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('folder')
+  parser.add_argument('--mode', choices=['sequential', 'parallel'], default='sequential')
+  parser.add_argument('--intra_op_threads', type=int, default=0)
+  parser.add_argument('--inter_op_threads', type=int, default=0)
+  args = parser.parse_args(argv)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+  tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+  result = _measure(args.folder, parallel=args.mode == 'parallel')
+  if 'tensorflow_federated' in sys.modules:
+    sys.exit('compute_floor: error: tensorflow_federated was imported; the floor would be slow.')
+  print(json.dumps(result), flush=True)
+
+
+if __name__ == '__main__':
+  main()
