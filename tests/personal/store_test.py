@@ -81,6 +81,50 @@ def test_checkpoint_keeps_one_row_per_client(tmp_path):
   assert rows == [('a', 4), ('b', 4)]
 
 
+def test_checkpoints_compact_only_what_was_written_since_the_last(tmp_path):
+  path = str(tmp_path / 's.sqlite')
+  rows = lambda: sqlite3.connect(path).execute(
+      'SELECT client_id, round FROM personal_states ORDER BY client_id, round'
+  ).fetchall()
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0), 'b': state(1.0), 'c': state(1.0)})
+  store.write(2, {'a': state(2.0)})
+  store.close()
+  # A new process: its first checkpoint searches every round.
+  store = store_lib.ClientStateStore(path, create=False)
+  store.write(3, {'b': state(3.0)})
+  assert store.checkpoint(3) == store_lib.StoreFingerprint(3, 3, 3)
+  assert rows() == [('a', 2), ('b', 3), ('c', 1)]
+  store.write(4, {'c': state(4.0)})
+  store.write(5, {'c': state(5.0), 'a': state(5.0)})
+  store.write(6, {'b': state(6.0)})  # After the checkpoint's round: kept.
+  assert store.checkpoint(5) == store_lib.StoreFingerprint(5, 3, 5)
+  assert rows() == [('a', 5), ('b', 3), ('b', 6), ('c', 5)]
+  a, b, c = store.read(['a', 'b', 'c'], before_round=6)
+  assert (a[0][0, 0], b[0][0, 0], c[0][0, 0]) == (5.0, 3.0, 5.0)
+
+
+def test_checkpoint_and_fingerprint_read_indexes_not_the_table(tmp_path):
+  # Each row keeps up to 64 KiB of its state in the table's leaf pages: a
+  # scan of the table at 100,000 clients took 0.7 s a checkpoint.
+  path = str(tmp_path / 's.sqlite')
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0)})
+  statements = []
+  store._connection.set_trace_callback(statements.append)  # pylint: disable=protected-access
+  store.checkpoint(1)
+  store._connection.set_trace_callback(None)  # pylint: disable=protected-access
+  queries = [s for s in statements if s.lstrip().startswith(('DELETE', 'SELECT'))]
+  assert len(queries) == 2
+  connection = sqlite3.connect(path)
+  for query in queries:
+    plan = [row[3] for row in connection.execute('EXPLAIN QUERY PLAN ' + query)]
+    table_reads = [
+        step for step in plan if step.startswith('SCAN') and 'COVERING INDEX' not in step
+    ]
+    assert not table_reads, (query, plan)
+
+
 def test_restore_rolls_back_rounds_after_the_checkpoint(tmp_path):
   path = str(tmp_path / 's.sqlite')
   store = store_lib.ClientStateStore(path)
