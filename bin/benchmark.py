@@ -7,10 +7,12 @@ Prints, on the same clients' data and the same model:
 
 * the compute floor: plain TensorFlow running exactly the round's SGD steps
   (each client from the global weights, one pass over its batches, the
-  example-weighted mean of the updates) in one `tf.function`, in a process
-  that never imported TFF (`program/compute_floor.py` says why); the fastest
-  of the clients one after the other on one model, side by side on a model
-  each, and side by side with one thread an op;
+  example-weighted mean of the updates) in a process that never imported
+  TFF (`program/compute_floor.py` says why); the fastest of: one
+  `tf.function` with the clients one after the other on one model, or with a
+  model each; a `tf.function` per client called from a thread per core (the
+  clients really side by side, as in TFF's runtime); each with TensorFlow's
+  default thread pools and with one thread an op;
 * stock `tff.learning` FedAvg (`build_weighted_fed_avg`);
 * our algorithms (the program's `next` call, personal states matched by key),
   each as a ratio to its own floor: the floor's passes times the passes the
@@ -84,6 +86,10 @@ BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 20, 'Local batch size.', 
 LEARNING_RATE = flags.DEFINE_float('client_learning_rate', 0.05, "Clients' SGD rate.")
 ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up).', lower_bound=1)
 SEED = flags.DEFINE_integer('seed', 0, 'Picks the clients.')
+MAX_CONCURRENT_CALLS = flags.DEFINE_integer(
+    'max_concurrent_calls', -1,
+    "TFF worker's limit on TensorFlow computations running at once (-1: none).",
+)
 STORED_CLIENTS = flags.DEFINE_list(
     'stored_clients', ['100', '100000'],
     'Populations of stored personal states (the first timed algorithm with'
@@ -107,6 +113,7 @@ def _median_seconds(fn, rounds: int) -> float:
 # (mode, intra-op threads, inter-op threads; 0: TensorFlow's default).
 _FLOOR_VARIANTS = (
     ('sequential', 0, 0), ('parallel', 0, 0), ('parallel', 1, os.cpu_count() or 1),
+    ('threads', 0, 0), ('threads', 1, os.cpu_count() or 1),
 )
 
 
@@ -315,7 +322,8 @@ def _store_scaling(flat_state, cohort: int, populations, store_dir):
 def main(argv):
   if len(argv) > 1:
     sys.exit(f'benchmark.py: error: unexpected arguments: {" ".join(argv[1:])}')
-  context.install_local_context()  # First: it also retires TFF's import-time context.
+  # First: it also retires TFF's import-time context.
+  context.install_local_context(MAX_CONCURRENT_CALLS.value)
   unknown = [a for a in ALGORITHMS.value if a not in _PASSES]
   if unknown:
     sys.exit(f'benchmark.py: error: --algorithms: unknown {", ".join(unknown)}')
@@ -339,7 +347,7 @@ def main(argv):
   with tempfile.TemporaryDirectory() as folder:
     floor, steps, variants = _compute_floor(task, datasets, lr, folder)
   print(
-      f'compute floor (plain TF, one tf.function, a process without TFF): {floor:.3f} s a'
+      f'compute floor (plain TF, a process without TFF, fastest variant): {floor:.3f} s a'
       f' round, {steps} SGD steps ('
       + '; '.join(f'{name} {sec:.3f} s' for name, sec in variants.items()) + ')',
       flush=True,

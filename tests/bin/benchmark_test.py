@@ -20,9 +20,10 @@ def test_benchmark_prints_every_ratio(tmp_path):
   )
   out = run.stdout
   assert re.search(
-      r'compute floor \(plain TF, one tf.function, a process without TFF\): [\d.]+ s a round,'
+      r'compute floor \(plain TF, a process without TFF, fastest variant\): [\d.]+ s a round,'
       r' \d+ SGD steps \(sequential, default threads [\d.]+ s; parallel, default threads'
-      r' [\d.]+ s; parallel, 1 thread an op, \d+ ops at once [\d.]+ s\)', out)
+      r' [\d.]+ s; parallel, 1 thread an op, \d+ ops at once [\d.]+ s; threads, default'
+      r' threads [\d.]+ s; threads, 1 thread an op, \d+ ops at once [\d.]+ s\)', out)
   number = r'[\d.]+'
   assert re.search(rf'\| stock tff.learning FedAvg \| {number} \| {number} \| {number} \| {number} \| \| \|', out)
   assert re.search(rf'\| ours: fedavg \|( {number} \|){{5}} 0.0% \|', out)

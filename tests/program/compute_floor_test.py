@@ -20,13 +20,15 @@ def test_floor_counts_the_round_steps_without_loading_tff(tmp_path):
       (rng.normal(size=(n, 2)).astype(np.float32), rng.integers(0, 2, n).astype(np.int32))
       for n in (7, 3, 12)
   ]
+  model = spec.build()
   compute_floor.write_round(
-      str(tmp_path), spec.build(), spec.loss(), 0.1, batch_size=5, rounds=1,
+      str(tmp_path), model, spec.loss(), 0.1, batch_size=5, rounds=1,
       client_examples=clients,
   )
   with open(tmp_path / 'round.json') as f:
     assert json.load(f)['loss']['class_name'] == 'SparseCategoricalCrossentropy'
-  for mode, threads in (('sequential', 0), ('parallel', 1)):
+  checksums = []
+  for mode, threads in (('sequential', 0), ('parallel', 1), ('threads', 1)):
     run = subprocess.run(
         [sys.executable, '-m', 'tff_personal.program.compute_floor', str(tmp_path),
          f'--mode={mode}', f'--intra_op_threads={threads}'],
@@ -36,3 +38,8 @@ def test_floor_counts_the_round_steps_without_loading_tff(tmp_path):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result['steps'] == 2 + 1 + 3  # ceil(7/5) + ceil(3/5) + ceil(12/5).
     assert result['seconds'] > 0
+    checksums.append(result['checksum'])
+  # Every mode runs the same SGD steps and the same weighted mean.
+  np.testing.assert_allclose(checksums, checksums[0], rtol=1e-6)
+  initial = sum(np.abs(w).sum() for w in model.get_weights())
+  assert abs(checksums[0] - initial) > 1e-3  # The rounds changed the weights.

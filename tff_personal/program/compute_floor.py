@@ -17,14 +17,20 @@ DIR (written by `write_round`): `model.json` (Keras architecture),
 `weights.npz` (the global weights), `round.json` (loss, learning rate,
 batch size, timed rounds) and `clients.npz` (each client's examples in
 training order; batched in order they give exactly the round's batches).
-Prints one JSON line: {"seconds": median round, "steps": SGD steps a round}.
+Prints one JSON line: {"seconds": median round, "steps": SGD steps a round,
+"checksum": sum of |w| after the rounds (equal across modes)}.
 
-Modes: `sequential` (one model, clients one after the other) and `parallel`
-(a model per client, so TensorFlow's executor may run clients side by side,
-as TFF's runtime does). Thread pool sizes are set before TensorFlow starts.
+Modes: `sequential` (one model, clients one after the other), `parallel`
+(a model per client in the same `tf.function`; the automatic control
+dependencies of `tf.function` may still order their variable updates) and
+`threads` (a model and a `tf.function` per client, called from one Python
+thread per core, so clients really run side by side, as they do in TFF's
+runtime; the mean update is applied after them). Thread pool sizes are set
+before TensorFlow starts.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import statistics
@@ -57,7 +63,7 @@ def write_round(folder: str, model, loss, learning_rate: float, batch_size: int,
   np.savez(os.path.join(folder, 'clients.npz'), **arrays)
 
 
-def _measure(folder: str, parallel: bool) -> dict:
+def _measure(folder: str, mode: str) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   with open(os.path.join(folder, 'round.json')) as f:
@@ -72,7 +78,7 @@ def _measure(folder: str, parallel: bool) -> dict:
       tf.data.Dataset.from_tensor_slices((x, y)).batch(spec['batch_size']) for x, y in examples
   )
   models = []
-  for _ in (datasets if parallel else datasets[:1]):
+  for _ in (datasets[:1] if mode == 'sequential' else datasets):
     model = tf.keras.models.model_from_json(architecture)
     model.set_weights(weights)
     models.append(model)
@@ -80,32 +86,53 @@ def _measure(folder: str, parallel: bool) -> dict:
   learning_rate = spec['learning_rate']
   global_weights = [tf.Variable(v) for v in models[0].trainable_variables]
 
-  @tf.function
-  def round_fn(datasets):
-    updates = [tf.zeros_like(v) for v in global_weights]
-    total = tf.constant(0.0)
+  def train_client(model, dataset):
+    """SGD over the client's batches from the global weights; returns its
+    example count and its model's change."""
+    for variable, start in zip(model.trainable_variables, global_weights):
+      variable.assign(start)
+    num_examples = tf.constant(0.0)
     steps = tf.constant(0)
-    for i, dataset in enumerate(datasets):
-      model = models[i % len(models)]
-      for variable, start in zip(model.trainable_variables, global_weights):
-        variable.assign(start)
-      num_examples = tf.constant(0.0)
-      for x, y in dataset:
-        with tf.GradientTape() as tape:
-          loss = loss_fn(y, model(x, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        for variable, gradient in zip(model.trainable_variables, gradients):
-          variable.assign_sub(learning_rate * gradient)
-        num_examples += tf.cast(tf.shape(y)[0], tf.float32)
-        steps += 1
-      updates = [
-          u + num_examples * (v - s)
-          for u, v, s in zip(updates, model.trainable_variables, global_weights)
-      ]
-      total += num_examples
-    for update, start in zip(updates, global_weights):
-      start.assign_add(update / total)
-    return steps
+    for x, y in dataset:
+      with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+      gradients = tape.gradient(loss, model.trainable_variables)
+      for variable, gradient in zip(model.trainable_variables, gradients):
+        variable.assign_sub(learning_rate * gradient)
+      num_examples += tf.cast(tf.shape(y)[0], tf.float32)
+      steps += 1
+    deltas = [v - s for v, s in zip(model.trainable_variables, global_weights)]
+    return num_examples, steps, deltas
+
+  def apply_mean(results):
+    total = tf.add_n([n for n, _, _ in results])
+    for i, start in enumerate(global_weights):
+      start.assign_add(tf.add_n([n * d[i] for n, _, d in results]) / total)
+    return tf.add_n([s for _, s, _ in results])
+
+  if mode == 'threads':
+    # One tf.function per client model, called from a thread per core: the
+    # calls run in TensorFlow's C++ runtime outside the GIL, side by side.
+    client_fns = [
+        tf.function(lambda dataset, model=model: train_client(model, dataset))
+        for model in models
+    ]
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+
+    def round_fn(datasets):
+      results = list(pool.map(lambda i: client_fns[i](datasets[i]), range(len(datasets))))
+      return apply_mean(results)
+
+    for client_fn, dataset in zip(client_fns, datasets):
+      client_fn(dataset)  # Traces one at a time, before threads call them.
+
+  else:
+
+    @tf.function
+    def round_fn(datasets):
+      return apply_mean(
+          [train_client(models[i % len(models)], d) for i, d in enumerate(datasets)]
+      )
 
   steps = int(round_fn(datasets))  # Warm-up: traces.
   times = []
@@ -113,13 +140,15 @@ def _measure(folder: str, parallel: bool) -> dict:
     started = time.monotonic()
     round_fn(datasets)
     times.append(time.monotonic() - started)
-  return {'seconds': statistics.median(times), 'steps': steps}
+  # The same steps in every mode give the same weights (up to float order).
+  checksum = float(sum(tf.reduce_sum(tf.abs(w)) for w in global_weights))
+  return {'seconds': statistics.median(times), 'steps': steps, 'checksum': checksum}
 
 
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('folder')
-  parser.add_argument('--mode', choices=['sequential', 'parallel'], default='sequential')
+  parser.add_argument('--mode', choices=['sequential', 'parallel', 'threads'], default='sequential')
   parser.add_argument('--intra_op_threads', type=int, default=0)
   parser.add_argument('--inter_op_threads', type=int, default=0)
   args = parser.parse_args(argv)
@@ -127,7 +156,7 @@ def main(argv=None) -> None:
 
   tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
   tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
-  result = _measure(args.folder, parallel=args.mode == 'parallel')
+  result = _measure(args.folder, args.mode)
   if 'tensorflow_federated' in sys.modules:
     sys.exit('compute_floor: error: tensorflow_federated was imported; the floor would be slow.')
   print(json.dumps(result), flush=True)
