@@ -10,6 +10,7 @@ from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import ditto
 from tff_personal.algorithms import fedavg
+from tff_personal.algorithms import shared_model
 from tff_personal.personal import process as process_lib
 
 LEARNING_RATE = 0.1
@@ -20,7 +21,8 @@ ModelWeights = tff.learning.models.ModelWeights
 def build(ditto_lambda, personal_steps=1, personal_learning_rate=0.05):
   return ditto.build_ditto(
       MODEL, ditto_lambda=ditto_lambda, client_learning_rate=LEARNING_RATE,
-      personal_learning_rate=personal_learning_rate, personal_steps=personal_steps, seed=8,
+      personal_learning_rate=personal_learning_rate, personal_steps=personal_steps,
+      server=shared_model.ServerOptions(seed=8),
   )
 
 
@@ -88,7 +90,9 @@ def test_large_lambda_holds_the_personal_model_at_the_global_model():
 
 def test_global_model_is_fedavgs():
   data = [batches_dataset(client_batches(i, [3, 2])) for i in range(3)]
-  fedavg_process = fedavg.build_fedavg(MODEL, client_learning_rate=LEARNING_RATE, seed=8)
+  fedavg_process = fedavg.build_fedavg(
+      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=8),
+  )
   ditto_process = build(0.5)
   fedavg_state = run_next(fedavg_process,
       fedavg_process.initialize(), data, process_lib.empty_personal_states(3)
@@ -133,8 +137,8 @@ GRID = (0.0, 0.5, 5.0)
 @pytest.fixture(scope='module')
 def grid_process():
   return ditto.build_ditto(
-      MODEL, ditto_lambda=0.1, client_learning_rate=LEARNING_RATE,
-      personal_learning_rate=0.3, personal_passes=1, seed=8, lambda_grid=GRID,
+      MODEL, ditto_lambda=0.1, client_learning_rate=LEARNING_RATE, personal_learning_rate=0.3,
+      personal_passes=1, lambda_grid=GRID, server=shared_model.ServerOptions(seed=8),
   )
 
 

@@ -8,6 +8,7 @@ import tensorflow_federated as tff
 from tests import test_utils
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import lindt
+from tff_personal.algorithms import shared_model
 from tff_personal.tasks import cifar100
 
 LEARNING_RATE = 0.1
@@ -26,7 +27,9 @@ def test_attaching_module_numbers():
 
 @pytest.fixture(scope='module')
 def process():
-  return lindt.build_lindt(MODEL, client_learning_rate=LEARNING_RATE, seed=6)
+  return lindt.build_lindt(
+      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+  )
 
 
 def test_only_the_global_model_is_sent(process):
@@ -110,8 +113,11 @@ def on_detection_process(stop, threshold):
   from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
 
   return lindt.build_lindt(
-      MODEL, client_learning_rate=LEARNING_RATE, seed=6, mode='on_detection', stop=stop,
-      nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=threshold),
+      MODEL, client_learning_rate=LEARNING_RATE, mode='on_detection', stop=stop,
+      server=shared_model.ServerOptions(
+          seed=6,
+          nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=threshold),
+      ),
   )
 
 
@@ -125,7 +131,9 @@ def test_before_the_flag_clients_run_fedavg(flagging_processes):
   from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
 
   process = flagging_processes['persist']
-  reference = fedavg.build_fedavg(MODEL, client_learning_rate=LEARNING_RATE, seed=6)
+  reference = fedavg.build_fedavg(
+      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+  )
   state = process.initialize()
   weights = process.get_model_weights(state)
   data = [batches_dataset(client_batches(i, [4, 3])) for i in (1, 2)]
@@ -166,7 +174,9 @@ def test_clients_without_a_dual_round_are_evaluated_with_the_global_model(flaggi
   never = {'model': ModelWeights(trainable=[p * 0.5 + 0.1 for p in weights.trainable],
                                  non_trainable=[]), 'dual_rounds': np.int32(0)}
   result, = process.evaluate(weights, [batches_dataset([(x, y)])], [never])
-  reference = fedavg.build_fedavg(MODEL, client_learning_rate=LEARNING_RATE, seed=6)
+  reference = fedavg.build_fedavg(
+      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+  )
   expected, = reference.evaluate(weights, [batches_dataset([(x, y)])], [{}])
   assert result['loss'] == pytest.approx(expected['loss'], rel=1e-6)
 

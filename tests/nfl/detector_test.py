@@ -9,6 +9,7 @@ from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.aggregators import dp
 from tff_personal.algorithms import fedavg
+from tff_personal.algorithms import shared_model
 from tff_personal.nfl import detector
 from tff_personal.personal import process as process_lib
 
@@ -69,8 +70,10 @@ def test_bad_config():
 @pytest.fixture(scope='module')
 def process():
   return fedavg.build_fedavg(
-      test_utils.tiny_model_spec(), client_learning_rate=0.1, seed=11,
-      nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=0.0),
+      test_utils.tiny_model_spec(), client_learning_rate=0.1,
+      server=shared_model.ServerOptions(
+          seed=11, nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=0.0)
+      ),
   )
 
 
@@ -98,12 +101,15 @@ def test_fedavg_reports_the_divergence_of_its_clients(process):
 def test_dp_statistic_adds_back_the_expected_noise():
   setting = dp.DpSetting(noise_multiplier=0.0, clip_norm=0.01, clients_per_round=2)
   process = fedavg.build_fedavg(
-      test_utils.tiny_model_spec(), client_learning_rate=0.1, seed=11,
-      model_aggregator=dp.build_dp_aggregator(
-          noise_multiplier=0.0, clients_per_round=2, clip_norm=0.01
+      test_utils.tiny_model_spec(), client_learning_rate=0.1,
+      server=shared_model.ServerOptions(
+          seed=11,
+          model_aggregator=dp.build_dp_aggregator(
+              noise_multiplier=0.0, clients_per_round=2, clip_norm=0.01
+          ),
+          nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0),
+          dp_setting=setting,
       ),
-      nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0),
-      dp_setting=setting,
   )
   state = process.initialize()
   kernel, bias = process.get_model_weights(state).trainable

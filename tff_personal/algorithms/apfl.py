@@ -28,10 +28,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.aggregators import dp
 from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
-from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
@@ -107,12 +105,7 @@ def build_apfl(
     alpha: float = 0.5,
     adaptive_alpha: bool = True,
     alpha_learning_rate: Optional[float] = None,
-    server_learning_rate: float = 1.0,
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    attack_boost: float = 1.0,
-    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
-    dp_setting: Optional[dp.DpSetting] = None,
+    server: shared_model.ServerOptions = shared_model.ServerOptions(),
 ) -> process_lib.PersonalizedProcess:
   """Builds APFL; see the module docstring.
 
@@ -122,17 +115,11 @@ def build_apfl(
     alpha: a new client's mixing weight, in [0, 1].
     adaptive_alpha: learn alpha per client (False: alpha stays fixed).
     alpha_learning_rate: eta_alpha; default: `client_learning_rate`.
-    server_learning_rate: the server SGD's learning rate (1.0: averaging).
-    seed: seeds the initial global model.
-    model_aggregator: weighted aggregation of the global updates.
-    attack_boost: the model-replacement attackers' factor.
-    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
-    dp_setting: the fixed-clipping DP of `model_aggregator` (for the
-      detector's statistic).
+    server: the server side (`shared_model.ServerOptions`).
   """
   if not 0 <= alpha <= 1:
     raise ValueError(f'alpha must be in [0, 1], got {alpha}.')
-  initial_weights = model.initial_weights(seed)
+  initial_weights = model.initial_weights(server.seed)
 
   def new_client_state(client_id, global_weights):
     del client_id
@@ -161,9 +148,5 @@ def build_apfl(
       ),
       assemble_fn=personalized_model,
       initial_personal_state_fn=new_client_state,
-      server_learning_rate=server_learning_rate,
-      model_aggregator=model_aggregator,
-      attack_boost=attack_boost,
-      nfl_detector=nfl_detector,
-      dp_setting=dp_setting,
+      server=server,
   )

@@ -44,9 +44,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
-from tff_personal.aggregators import dp
 from tff_personal.algorithms import shared_model
-from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
@@ -160,12 +158,7 @@ def build_ditto(
     personal_learning_rate: Optional[float] = None,
     personal_steps: int = 0,
     personal_passes: int = 1,
-    server_learning_rate: float = 1.0,
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    attack_boost: float = 1.0,
-    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
-    dp_setting: Optional[dp.DpSetting] = None,
+    server: shared_model.ServerOptions = shared_model.ServerOptions(),
     lambda_grid: Sequence[float] = (),
 ) -> process_lib.PersonalizedProcess:
   """Builds Ditto; see the module docstring.
@@ -177,14 +170,7 @@ def build_ditto(
     personal_learning_rate: eta_p; default: `client_learning_rate`.
     personal_steps: personal SGD steps per round (0: use `personal_passes`).
     personal_passes: passes over the round data when `personal_steps` is 0.
-    server_learning_rate: the server SGD's learning rate (1.0: averaging).
-    seed: seeds the initial global model.
-    model_aggregator: weighted aggregation of the global updates (default:
-      mean; pass a robust factory for "Ditto + robust aggregation").
-    attack_boost: the model-replacement attackers' factor.
-    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
-    dp_setting: the fixed-clipping DP of `model_aggregator` (for the
-      detector's statistic).
+    server: the server side (`shared_model.ServerOptions`).
     lambda_grid: candidates of the per-client lambda (empty: `ditto_lambda`
       for every client).
   """
@@ -195,7 +181,7 @@ def build_ditto(
     raise ValueError(f'The lambda grid must hold values >= 0, got {list(lambda_grid)}.')
   if personal_steps < 0 or (personal_steps == 0 and personal_passes < 1):
     raise ValueError('Ditto needs personal_steps > 0 or personal_passes >= 1.')
-  initial_weights = model.initial_weights(seed)
+  initial_weights = model.initial_weights(server.seed)
   if lambda_grid:
     new_client_state = lambda client_id, global_weights: collections.OrderedDict(
         model=global_weights, ditto_lambda=np.float32(UNSELECTED_LAMBDA)
@@ -222,9 +208,5 @@ def build_ditto(
       assemble_fn=lambda global_weights, personal_state: personal_model(personal_state),
       # A new client's personal model starts from the current global model.
       initial_personal_state_fn=new_client_state,
-      server_learning_rate=server_learning_rate,
-      model_aggregator=model_aggregator,
-      attack_boost=attack_boost,
-      nfl_detector=nfl_detector,
-      dp_setting=dp_setting,
+      server=server,
   )

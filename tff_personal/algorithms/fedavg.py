@@ -19,15 +19,12 @@ two bit for bit over three rounds.
 """
 
 import collections
-from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
-from tff_personal.aggregators import dp
 from tff_personal.algorithms import shared_model
-from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
@@ -59,37 +56,21 @@ def build_fedavg(
     model: base.ModelSpec,
     *,
     client_learning_rate: float,
-    server_learning_rate: float = 1.0,
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    attack_boost: float = 1.0,
-    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
-    dp_setting: Optional[dp.DpSetting] = None,
+    server: shared_model.ServerOptions = shared_model.ServerOptions(),
 ) -> process_lib.PersonalizedProcess:
   """Builds FedAvg with client and server SGD; see the module docstring.
 
   Args:
     model: the task's model.
     client_learning_rate: learning rate of the clients' SGD.
-    server_learning_rate: learning rate of the server's SGD on the averaged
-      delta (1.0 is plain averaging).
-    seed: seeds the initial model weights.
-    model_aggregator: aggregation of the model deltas (default: weighted mean).
-    attack_boost: the model-replacement attackers' factor.
-    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
-    dp_setting: the fixed-clipping DP of `model_aggregator` (for the
-      detector's statistic).
+    server: the server side (`shared_model.ServerOptions`).
   """
   return shared_model.build_process(
       model,
-      initial_shared_weights=model.initial_weights(seed),
+      initial_shared_weights=model.initial_weights(server.seed),
       personal_type=tff.StructType([]),
       client_update_fn=lambda: build_client_update(model.tff_model_fn, client_learning_rate),
       assemble_fn=lambda global_weights, personal_state: global_weights,
       initial_personal_state_fn=lambda client_id, weights: collections.OrderedDict(),
-      server_learning_rate=server_learning_rate,
-      model_aggregator=model_aggregator,
-      attack_boost=attack_boost,
-      nfl_detector=nfl_detector,
-      dp_setting=dp_setting,
+      server=server,
   )

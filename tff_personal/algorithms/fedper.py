@@ -29,15 +29,12 @@ and is counted in the `non_finite_clients` metric.
 """
 
 import hashlib
-from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
-from tff_personal.aggregators import dp
 from tff_personal.algorithms import shared_model
-from tff_personal.nfl import detector as detector_lib
 from tff_personal.models import split as split_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
@@ -85,13 +82,8 @@ def build_fedper(
     *,
     personal_blocks: int,
     client_learning_rate: float,
-    server_learning_rate: float = 1.0,
     finetune_passes: int = 0,
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    attack_boost: float = 1.0,
-    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
-    dp_setting: Optional[dp.DpSetting] = None,
+    server: shared_model.ServerOptions = shared_model.ServerOptions(),
 ) -> process_lib.PersonalizedProcess:
   """Builds FedPer; see the module docstring.
 
@@ -99,23 +91,15 @@ def build_fedper(
     model: the task's model (use `split.with_linear_base` for the ablation).
     personal_blocks: K_P, the number of top blocks kept by the clients.
     client_learning_rate: learning rate of the clients' SGD.
-    server_learning_rate: learning rate of the server's SGD on the averaged
-      base delta (1.0 is plain averaging).
     finetune_passes: personal-only passes over the round data before training.
-    seed: seeds the initial base weights and, with each client id, that
-      client's first personal layers.
-    model_aggregator: weighted aggregation of the base deltas (default: mean).
-    attack_boost: the model-replacement attackers' factor.
-    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
-    dp_setting: the fixed-clipping DP of `model_aggregator` (for the
-      detector's statistic).
+    server: the server side (`shared_model.ServerOptions`).
   """
   split = split_lib.PersonalSplit.of(model, personal_blocks)
-  initial_weights = model.initial_weights(seed)
+  initial_weights = model.initial_weights(server.seed)
 
   def initial_personal_state(client_id, base_weights):
     del base_weights  # Personal layers start fresh, not from the shared model.
-    return split.personal(model.initial_weights(client_seed(seed, client_id)))
+    return split.personal(model.initial_weights(client_seed(server.seed, client_id)))
 
   return shared_model.build_process(
       model,
@@ -126,9 +110,5 @@ def build_fedper(
       ),
       assemble_fn=split.merge,
       initial_personal_state_fn=initial_personal_state,
-      server_learning_rate=server_learning_rate,
-      model_aggregator=model_aggregator,
-      attack_boost=attack_boost,
-      nfl_detector=nfl_detector,
-      dp_setting=dp_setting,
+      server=server,
   )

@@ -39,16 +39,13 @@ Modes:
 """
 
 import collections
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.aggregators import dp
 from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
-from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
 from tff_personal.tasks import base
 
@@ -267,12 +264,7 @@ def build_lindt(
     model: base.ModelSpec,
     *,
     client_learning_rate: float,
-    server_learning_rate: float = 1.0,
-    seed: int = 0,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    attack_boost: float = 1.0,
-    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
-    dp_setting: Optional[dp.DpSetting] = None,
+    server: shared_model.ServerOptions = shared_model.ServerOptions(),
     mode: str = 'always',
     stop: str = 'persist',
 ) -> process_lib.PersonalizedProcess:
@@ -281,13 +273,8 @@ def build_lindt(
   Args:
     model: the task's model (its blocks must apply one after the other).
     client_learning_rate: the SGD rate of w and v.
-    server_learning_rate: the server SGD's learning rate (1.0: averaging).
-    seed: seeds the initial global model.
-    model_aggregator: weighted aggregation of the global updates.
-    attack_boost: the model-replacement attackers' factor.
-    nfl_detector: adds the NFL detector (`nfl.detector`) to the server.
-    dp_setting: the fixed-clipping DP of `model_aggregator`.
-    mode: 'always' or 'on_detection' (needs `nfl_detector`).
+    server: the server side (`shared_model.ServerOptions`).
+    mode: 'always' or 'on_detection' (needs `server.nfl_detector`).
     stop: on detection, 'persist' or 'after_one_round'.
 
   Raises:
@@ -296,10 +283,10 @@ def build_lindt(
   """
   if mode not in MODES or stop not in STOPS:
     raise ValueError(f'mode must be in {MODES} and stop in {STOPS}, got {mode!r}, {stop!r}.')
-  if mode == 'on_detection' and nfl_detector is None:
+  if mode == 'on_detection' and server.nfl_detector is None:
     raise ValueError("LINDT's on_detection mode needs the NFL detector.")
   check_chain(model)
-  initial_weights = model.initial_weights(seed)
+  initial_weights = model.initial_weights(server.seed)
   with tf.Graph().as_default():
     trainable_order, non_trainable_order = DualModel(model).predictor_arrangement()
 
@@ -333,11 +320,7 @@ def build_lindt(
       client_update_fn=lambda: build_client_update(model, client_learning_rate, mode, stop),
       assemble_fn=assemble,
       initial_personal_state_fn=new_client_state,
-      server_learning_rate=server_learning_rate,
-      model_aggregator=model_aggregator,
-      attack_boost=attack_boost,
-      nfl_detector=nfl_detector,
-      dp_setting=dp_setting,
+      server=server,
       evaluation_model=predictor_spec(model),
       client_takes_nfl_flag=mode == 'on_detection',
   )

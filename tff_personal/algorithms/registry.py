@@ -126,6 +126,7 @@ def build_algorithm(
   from tff_personal.algorithms import fedprox  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import lindt  # pylint: disable=g-import-not-at-top
   from tff_personal.algorithms import local  # pylint: disable=g-import-not-at-top
+  from tff_personal.algorithms import shared_model  # pylint: disable=g-import-not-at-top
   from tff_personal.models import split  # pylint: disable=g-import-not-at-top
   from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
 
@@ -181,15 +182,18 @@ def build_algorithm(
           "The NFL detector's noise correction needs a fixed DP clip norm, not"
           ' adaptive clipping.'
       )
+  server = shared_model.ServerOptions(
+      learning_rate=options.server_learning_rate,
+      seed=options.seed,
+      model_aggregator=model_aggregator,
+      attack_boost=attack_boost,
+      **server_extras,
+  )
   if name == 'fedavg':
     return fedavg.build_fedavg(
         task.model,
         client_learning_rate=options.client_learning_rate,
-        server_learning_rate=options.server_learning_rate,
-        seed=options.seed,
-        model_aggregator=model_aggregator,
-        attack_boost=attack_boost,
-        **server_extras,
+        server=server,
     )
   if name == 'fedprox':
     return fedprox.build_fedprox(
@@ -208,11 +212,7 @@ def build_algorithm(
         personal_learning_rate=options.ditto_personal_learning_rate,
         personal_steps=options.ditto_personal_steps,
         personal_passes=options.ditto_personal_epochs,
-        server_learning_rate=options.server_learning_rate,
-        seed=options.seed,
-        model_aggregator=model_aggregator,
-        attack_boost=attack_boost,
-        **server_extras,
+        server=server,
         lambda_grid=options.ditto_lambda_grid,
     )
   if name == 'apfl':
@@ -222,11 +222,7 @@ def build_algorithm(
         alpha=options.apfl_alpha,
         adaptive_alpha=options.apfl_adaptive_alpha,
         alpha_learning_rate=options.apfl_alpha_learning_rate,
-        server_learning_rate=options.server_learning_rate,
-        seed=options.seed,
-        model_aggregator=model_aggregator,
-        attack_boost=attack_boost,
-        **server_extras,
+        server=server,
     )
   if name == 'lindt':
     return lindt.build_lindt(
@@ -234,11 +230,7 @@ def build_algorithm(
         mode=options.lindt_mode,
         stop=options.lindt_stop,
         client_learning_rate=options.client_learning_rate,
-        server_learning_rate=options.server_learning_rate,
-        seed=options.seed,
-        model_aggregator=model_aggregator,
-        attack_boost=attack_boost,
-        **server_extras,
+        server=server,
     )
   if name == 'local':
     return local.build_local(
@@ -255,12 +247,8 @@ def build_algorithm(
         model,
         personal_blocks=personal_blocks,
         client_learning_rate=options.client_learning_rate,
-        server_learning_rate=options.server_learning_rate,
         finetune_passes=options.fedper_finetune_epochs,
-        seed=options.seed,
-        model_aggregator=model_aggregator,
-        attack_boost=attack_boost,
-        **server_extras,
+        server=server,
     )
   raise ValueError(
       f'Unknown algorithm {name!r}; allowed: {", ".join(ALGORITHM_NAMES)}.'

@@ -76,6 +76,33 @@ def client_result(update, num_examples, new_personal, old_personal, model):
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+  """The server side every algorithm on this orchestration shares.
+
+  Attributes:
+    learning_rate: the server SGD's learning rate on the aggregated update
+      (1.0: plain averaging).
+    seed: seeds the initial shared weights (and, with a client's id, any
+      personal weights a client starts from).
+    model_aggregator: weighted aggregation of the updates (default: mean;
+      a robust or DP factory from `aggregators`).
+    attack_boost: the model-replacement attackers' factor (`attacks`).
+    nfl_detector: adds the NFL detector (`nfl.detector`) to the server state
+      update.
+    dp_setting: the fixed-clipping DP of `model_aggregator`: the NFL
+      statistic then uses the clipped norms, is itself a DP mean, and adds
+      back the noise's expected squared norm.
+  """
+
+  learning_rate: float = 1.0
+  seed: int = 0
+  model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None
+  attack_boost: float = 1.0
+  nfl_detector: Optional[detector_lib.DetectorConfig] = None
+  dp_setting: Optional[dp.DpSetting] = None
+
+
 def build_process(
     model: base.ModelSpec,
     *,
@@ -84,11 +111,7 @@ def build_process(
     client_update_fn: Callable[[], Callable[..., Any]],
     assemble_fn: per_client.AssembleFn,
     initial_personal_state_fn: process_lib.InitialPersonalStateFn,
-    server_learning_rate: float,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    attack_boost: float = 1.0,
-    nfl_detector: Optional[detector_lib.DetectorConfig] = None,
-    dp_setting: Optional[dp.DpSetting] = None,
+    server: ServerOptions,
     evaluation_model: Optional[base.ModelSpec] = None,
     client_takes_nfl_flag: bool = False,
 ) -> process_lib.PersonalizedProcess:
@@ -102,18 +125,15 @@ def build_process(
       `(W, P, dataset) -> client_result(...)` function (a `tf.function`).
     assemble_fn: `(W, P) -> ModelWeights` of a client's evaluated model.
     initial_personal_state_fn: P of a client seen for the first time.
-    server_learning_rate: the server SGD's learning rate (1.0: averaging).
-    model_aggregator: weighted aggregation of the updates (default: mean).
-    attack_boost: the factor of the model-replacement role's update.
-    nfl_detector: adds the NFL detector to the server state update.
-    dp_setting: the fixed-clipping DP of `model_aggregator`: the NFL
-      statistic then uses the clipped norms, weighs clients equally, as DP's
-      mean does, and adds back the noise's expected squared norm.
+    server: the server side (`ServerOptions`; its seed is the caller's, for
+      `initial_shared_weights`).
     evaluation_model: the model a client is evaluated with, whose weights
       `assemble_fn` returns (default: `model`).
     client_takes_nfl_flag: the client update also takes the detector's flag
       (int32, broadcast from the server state; LINDT's on-detection mode).
   """
+  model_aggregator, attack_boost = server.model_aggregator, server.attack_boost
+  nfl_detector, dp_setting = server.nfl_detector, server.dp_setting
   shared_type = weights_type(initial_shared_weights)
   with tf.Graph().as_default():
     keras_model = model.tff_model_fn()
@@ -163,7 +183,7 @@ def build_process(
       shared_type.trainable, tff.TensorType(np.float32)
   )
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(server_learning_rate), shared_type
+      tff.learning.optimizers.build_sgdm(server.learning_rate), shared_type
   )
   initial_weights_fn = process_lib.constant_computation(initial_shared_weights)
 
