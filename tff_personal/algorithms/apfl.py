@@ -87,7 +87,7 @@ def build_client_update(model_spec: base.ModelSpec, *, learning_rate, alpha_lear
         personal_state['alpha'],
         tf.constant(0, tf.int64),
     )
-    w, v, alpha, num_examples = dataset.reduce(start, step)
+    w, v, alpha, num_examples = client_training.reduce_batches(dataset, start, step)
     update = tf.nest.map_structure(tf.subtract, list(global_weights.trainable), list(w))
     new_personal = collections.OrderedDict(
         model=ModelWeights(trainable=list(v), non_trainable=list(global_weights.non_trainable)),

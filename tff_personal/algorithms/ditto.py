@@ -66,7 +66,7 @@ def proximal_sgd(model, dataset, variables, anchor, learning_rate, ditto_lambda)
       )
     return num_examples + tf.cast(output.num_examples, tf.int64)
 
-  return dataset.reduce(tf.constant(0, tf.int64), step)
+  return client_training.reduce_batches(dataset, tf.constant(0, tf.int64), step)
 
 
 VALIDATION_EVERY = 5  # Every fifth batch validates a lambda candidate.

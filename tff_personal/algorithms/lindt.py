@@ -198,7 +198,7 @@ def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: 
     return num_examples + tf.cast(tf.shape(y)[0], tf.int64)
 
   def dual_training(dataset):
-    return dataset.reduce(tf.constant(0, tf.int64), dual_step)
+    return client_training.reduce_batches(dataset, tf.constant(0, tf.int64), dual_step)
 
   def global_training(dataset):  # FedAvg's client step, G alone.
     return client_training.sgd_pass(metrics_model, dataset, global_vars.trainable, learning_rate)
