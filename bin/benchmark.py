@@ -13,7 +13,9 @@ Prints, on the same clients' data and the same model:
   model each; a `tf.function` per client called from a thread per core (the
   clients really side by side, as in TFF's runtime); each with TensorFlow's
   default thread pools and with one thread an op;
-* stock `tff.learning` FedAvg (`build_weighted_fed_avg`);
+* stock `tff.learning` FedAvg (`build_weighted_fed_avg`), with its default
+  client loop (`DATASET_REDUCE`) and with `DATASET_ITERATOR`, the loop our
+  algorithms use (`client_training.reduce_batches` says why);
 * our algorithms (the program's `next` call, personal states matched by key),
   each as a ratio to its own floor: the floor's passes times the passes the
   algorithm makes over a client's data (Ditto: global and personal model;
@@ -149,12 +151,14 @@ def _compute_floor(task, datasets, learning_rate, folder):
   return min(seconds.values()), steps.pop(), seconds
 
 
-def _stock_fedavg_round(task, client_data, learning_rate, dataset_computation=None):
+def _stock_fedavg_round(task, client_data, learning_rate, dataset_computation=None,
+                        loop=tff.learning.LoopImplementation.DATASET_REDUCE):
   """Median seconds of stock FedAvg's round, composed with `dataset_computation` if given."""
   process = tff.learning.algorithms.build_weighted_fed_avg(
       task.model.tff_model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      loop_implementation=loop,
   )
   if dataset_computation is not None:
     process = tff.simulation.compose_dataset_computation_with_learning_process(
@@ -357,8 +361,12 @@ def main(argv):
   # Built (traced) once, composed in front of every round below.
   dataset_computation = task.train_dataset_computation(epochs=1, batch_size=BATCH_SIZE.value)
   stock_composed = _stock_fedavg_round(task, client_ids, lr, dataset_computation)
+  stock_iterator = _stock_fedavg_round(
+      task, datasets, lr, loop=tff.learning.LoopImplementation.DATASET_ITERATOR
+  )
   print(f'stock tff.learning FedAvg: {stock:.3f} s a round = {stock / floor:.2f}x the floor;'
-        f' composed from client ids {stock_composed:.3f} s = {stock_composed / floor:.2f}x',
+        f' composed from client ids {stock_composed:.3f} s = {stock_composed / floor:.2f}x;'
+        f' with DATASET_ITERATOR loops {stock_iterator:.3f} s = {stock_iterator / floor:.2f}x',
         flush=True)
   rows, scaling_state, scaling = [], None, []
   with tempfile.TemporaryDirectory() as store_dir:
@@ -393,6 +401,8 @@ def main(argv):
   print(f'| compute floor | {floor:.3f} | 1.00 | | | | |')
   print(f'| stock tff.learning FedAvg | {stock:.3f} | {stock / floor:.2f} |'
         f' {stock_composed:.3f} | {stock_composed / floor:.2f} | | |')
+  print(f'| stock, DATASET_ITERATOR loops | {stock_iterator:.3f} |'
+        f' {stock_iterator / floor:.2f} | | | | |')
   for name, own_floor, t in rows:
     print(
         f'| ours: {name} | {t.round_seconds:.3f} | {t.round_seconds / own_floor:.2f} |'

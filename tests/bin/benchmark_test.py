@@ -26,6 +26,7 @@ def test_benchmark_prints_every_ratio(tmp_path):
       r' threads [\d.]+ s; threads, 1 thread an op, \d+ ops at once [\d.]+ s\)', out)
   number = r'[\d.]+'
   assert re.search(rf'\| stock tff.learning FedAvg \| {number} \| {number} \| {number} \| {number} \| \| \|', out)
+  assert re.search(rf'\| stock, DATASET_ITERATOR loops \| {number} \| {number} \| \| \| \| \|', out)
   assert re.search(rf'\| ours: fedavg \|( {number} \|){{5}} 0.0% \|', out)
   assert re.search(rf'\| ours: ditto \|( {number} \|){{5}} {number}% \|', out)
   floors = re.findall(r'^(\w+): .* its floor \((\d) x ([\d.]+) s\)', out, re.MULTILINE)
