@@ -32,8 +32,10 @@ def test_benchmark_prints_every_ratio(tmp_path):
   floors = re.findall(r'^(\w+): .* its floor \((\d) x ([\d.]+) s\)', out, re.MULTILINE)
   assert [(name, passes) for name, passes, _ in floors] == [('fedavg', '1'), ('ditto', '2')]
   assert floors[0][2] == floors[1][2]  # The same floor, times the passes.
-  assert re.search(r'\| 10 \| \d+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|', out)
-  assert re.search(r'\| 30 \| \d+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|', out)
+  # The last column, memory a round adds, can read slightly below 0: the
+  # kernel's resident-size counters lag a little behind the reset peak.
+  assert re.search(r'\| 10 \| \d+ \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|', out)
+  assert re.search(r'\| 30 \| \d+ \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|', out)
   assert 'start-up: importing TensorFlow and TFF' in out
 
 
