@@ -95,6 +95,13 @@ def serialize_state(arrays: Sequence[np.ndarray]) -> bytes:
   return b''.join(parts)
 
 
+# NumPy parses an array header with `ast.literal_eval`, and the AST
+# constructor of CPython 3.11.7 is not thread-safe: threads of a round
+# reading states at once raised "SystemError: AST constructor recursion
+# depth mismatch" (seen once in CI). Headers are parsed one at a time.
+_HEADER_LOCK = threading.Lock()
+
+
 def deserialize_state(blob: bytes) -> FlatState:
   """The arrays of `serialize_state` (or `np.save`), sharing one writable copy."""
   data = bytearray(blob)
@@ -102,10 +109,11 @@ def deserialize_state(blob: bytes) -> FlatState:
   arrays = []
   while buffer.tell() < len(blob):
     version = np.lib.format.read_magic(buffer)
-    if version == (1, 0):
-      shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(buffer)
-    else:
-      shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(buffer)
+    with _HEADER_LOCK:
+      if version == (1, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(buffer)
+      else:
+        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(buffer)
     if dtype.hasobject:
       raise ValueError(f'An array of Python objects ({dtype}) in a personal state.')
     count = int(np.prod(shape, dtype=np.int64))
