@@ -1,5 +1,7 @@
 """NFL detector: the divergence identity, the state machine, FedAvg's metrics."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,6 +30,43 @@ def test_divergence_identity_matches_a_direct_computation():
   # DP: the noise's expected squared norm is added back.
   assert float(detector.divergence(3.0, 2.5, noise_squared_norm=0.5)) == pytest.approx(1.0)
   assert float(detector.divergence(1.0, 4.0)) == 0.0  # Floored.
+
+
+def test_cohort_correction_makes_the_divergence_unbiased_for_any_cohort_size():
+  # A population of update vectors; cohorts of K drawn without their own
+  # mean: the plain statistic averages (1 - sum alpha^2) s^2, the corrected
+  # one s^2, for K = 2 and K = 10 alike (equal and unequal weights).
+  rng = np.random.default_rng(1)
+  population = rng.normal(size=(2000, 4)) * [1.0, 2.0, 0.5, 1.5]
+  spread = float(np.sum(population.var(axis=0)))
+  for k, weighted in [(2, False), (10, False), (4, True)]:
+    plain, corrected = [], []
+    for _ in range(4000):
+      cohort = population[rng.choice(len(population), size=k, replace=False)]
+      n = rng.integers(1, 50, size=k).astype(float) if weighted else np.ones(k)
+      alpha = n / n.sum()
+      mean = alpha @ cohort
+      mean_weight_by_weight = float(np.sum(n * n) / n.sum())
+      concentration = detector.weight_concentration(mean_weight_by_weight, float(n.sum()))
+      assert float(concentration) == pytest.approx(np.sum(alpha**2), rel=1e-5)
+      d = detector.divergence(float(alpha @ np.sum(cohort**2, axis=1)), float(np.sum(mean**2)))
+      plain.append(float(d))
+      corrected.append(float(d) / (1 - float(concentration)))
+    assert np.mean(corrected) == pytest.approx(spread, rel=0.05), k
+    if not weighted:
+      assert np.mean(plain) == pytest.approx((k - 1) / k * spread, rel=0.05), k
+
+
+def test_cohort_correction_in_the_state_update():
+  plain = detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0, cohort_correction=False)
+  corrected = dataclasses.replace(plain, cohort_correction=True)
+  args = (tf.constant(1.25), tf.constant(0.25), tf.constant(4.0))  # D = 1, ||w|| = 2.
+  for config, concentration, w_div in [(plain, 0.5, 0.5), (corrected, 0.5, np.sqrt(2) / 2),
+                                       (corrected, 0.1, np.sqrt(1 / 0.9) / 2), (corrected, 1.0, 0.0)]:
+    state = tf.nest.map_structure(tf.constant, detector.initial_state(config))
+    _, metrics = detector.update_state(state, *args, config, tf.constant(concentration))
+    assert float(metrics['w_div']) == pytest.approx(w_div, rel=1e-6)
+    assert float(metrics['effective_clients']) == pytest.approx(1 / concentration, rel=1e-6)
 
 
 def run_detector(config, w_divs):
@@ -91,9 +130,11 @@ def test_fedavg_reports_the_divergence_of_its_clients(process):
   alpha = np.array(sizes) / sum(sizes)
   mean = alpha @ np.array(deltas)
   divergence = sum(a * np.sum((d - mean) ** 2) for a, d in zip(alpha, deltas))
+  divergence /= 1 - np.sum(alpha**2)  # The cohort-size correction (default).
   weights_norm = np.sqrt(np.sum(kernel**2) + np.sum(bias**2))
   nfl = output.metrics['nfl']
   assert nfl['w_div'] == pytest.approx(np.sqrt(divergence) / weights_norm, rel=1e-4)
+  assert nfl['effective_clients'] == pytest.approx(1 / np.sum(alpha**2), rel=1e-5)
   assert nfl['flagged'] == 1 and nfl['round_flagged'] == 1  # Threshold 0.
   assert output.state['nfl']['round_num'] == 1
 
@@ -123,7 +164,9 @@ def test_dp_statistic_adds_back_the_expected_noise():
     clipped.append(delta * min(1.0, 0.01 / np.linalg.norm(delta)))
   mean = np.mean(clipped, axis=0)
   divergence = np.mean([np.sum((c - mean) ** 2) for c in clipped])
+  divergence *= 2 / (2 - 1)  # Cohort correction: K/(K-1), DP-FedAvg's fixed K = 2.
   weights_norm = np.sqrt(np.sum(kernel**2) + np.sum(bias**2))
   assert output.metrics['nfl']['w_div'] == pytest.approx(
       np.sqrt(divergence) / weights_norm, rel=1e-3
   )
+  assert output.metrics['nfl']['effective_clients'] == pytest.approx(2.0)

@@ -143,3 +143,20 @@ def test_a_local_run_missing_clients_is_an_error(tmp_path):
   }
   with pytest.raises(ValueError, match='did not evaluate 1'):
     nfl_table.collect(dirs)
+
+
+def test_calibration_reads_the_rounds_the_detector_may_flag(tmp_path):
+  path = str(tmp_path)
+  with open(os.path.join(path, 'run_config.json'), 'w') as f:
+    json.dump({'nfl_warmup_rounds': 2, 'nfl_window': 4}, f)
+  with open(os.path.join(path, 'metrics.csv'), 'w', newline='') as f:
+    writer = csv.DictWriter(f, ['round', 'nfl/windowed_w_div'])
+    writer.writeheader()
+    # Rounds 1-3 cannot flag (window of 4 not full), whatever their values.
+    for round_num, value in enumerate([0.9, 0.8, 0.7, 0.02, 0.05, 0.03], start=1):
+      writer.writerow({'round': round_num, 'nfl/windowed_w_div': value})
+  assert nfl_table.largest_windowed_w_div(path) == 0.05
+  with open(os.path.join(path, 'run_config.json'), 'w') as f:
+    json.dump({'nfl_warmup_rounds': 6, 'nfl_window': 1}, f)
+  with pytest.raises(ValueError, match='no detector rounds after the warm-up'):
+    nfl_table.largest_windowed_w_div(path)

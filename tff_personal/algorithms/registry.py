@@ -69,6 +69,7 @@ class AlgorithmOptions:
     nfl_warmup_rounds: the detector's warm-up rounds r'.
     nfl_window: the detector's moving window (rounds).
     nfl_threshold: the detector's threshold epsilon on windowed w_div.
+    nfl_cohort_correction: the detector corrects w_div for the cohort size.
   """
 
   client_learning_rate: float = 0.02
@@ -106,6 +107,7 @@ class AlgorithmOptions:
   nfl_warmup_rounds: int = 5
   nfl_window: int = 3
   nfl_threshold: float = 0.05
+  nfl_cohort_correction: bool = True
 
   @property
   def differentially_private(self) -> bool:
@@ -172,6 +174,7 @@ def build_algorithm(
         warmup_rounds=options.nfl_warmup_rounds,
         window=options.nfl_window,
         threshold=options.nfl_threshold,
+        cohort_correction=options.nfl_cohort_correction,
     )
     if options.dp_clip_norm is not None:
       server_extras['dp_setting'] = dp.DpSetting(

@@ -223,16 +223,21 @@ def build_process(
   if nfl_detector is not None:
 
     @tff.tensorflow.computation(
-        state_type.member['nfl'], np.float32, shared_type.trainable, shared_type
+        state_type.member['nfl'], np.float32, shared_type.trainable, shared_type, np.float32
     )
-    def detector_update(detector_state, mean_squared_norm, aggregate, weights):
+    def detector_update(detector_state, mean_squared_norm, aggregate, weights, concentration):
       return detector_lib.update_state(
           detector_state,
           mean_squared_norm,
           detector_lib.squared_norm(aggregate),
           detector_lib.squared_norm(weights.trainable),
           nfl_detector,
+          concentration,
       )
+
+    @tff.tensorflow.computation(np.float32, np.float32)
+    def weight_concentration(mean_weight_by_weight, total_weight):
+      return detector_lib.weight_concentration(mean_weight_by_weight, total_weight)
 
   @tff.federated_computation(
       state_type,
@@ -263,18 +268,24 @@ def build_process(
     )
     if nfl_detector is not None:
       if norm_aggregation is None:
-        mean_squared_norm = tff.federated_mean(
-            client_outputs.update_squared_norm, weight=client_outputs.statistic_weight
-        )
+        weights = client_outputs.statistic_weight
+        mean_squared_norm = tff.federated_mean(client_outputs.update_squared_norm, weight=weights)
+        concentration = tff.federated_map(weight_concentration, (
+            tff.federated_mean(weights, weight=weights), tff.federated_sum(weights)
+        ))
       else:
         norm_aggregated = norm_aggregation.next(
             state.nfl_norm_aggregator, client_outputs.update_squared_norm
         )
         mean_squared_norm = norm_aggregated.result
-      detected = tff.federated_map(
-          detector_update,
-          (state.nfl, mean_squared_norm, aggregated.result, state.global_model_weights),
-      )
+        # DP-FedAvg's mean is unweighted over the fixed K: sum alpha^2 = 1/K.
+        concentration = tff.federated_value(
+            np.float32(1.0 / dp_setting.clients_per_round), tff.SERVER
+        )
+      detected = tff.federated_map(detector_update, (
+          state.nfl, mean_squared_norm, aggregated.result, state.global_model_weights,
+          concentration,
+      ))
       new_state['nfl'], metrics['nfl'] = detected[0], detected[1]
       if norm_aggregation is not None:
         new_state['nfl_norm_aggregator'] = norm_aggregated.state

@@ -23,6 +23,19 @@ their clipped update, and mean ||Delta_i||^2 is itself a Gaussian DP mean
 (`aggregators.dp.build_squared_norm_aggregator`; its noise has mean 0, so
 nothing is added back for it).
 
+Cohort-size correction (`cohort_correction`, on by default; a change to the
+issue's formula). D is the spread of this round's cohort around its own
+mean, and a small cohort's mean sits closer to its members: for cohort
+members drawn from a population whose updates spread with s^2 = E||Delta -
+E Delta||^2, E D = (1 - sum_i alpha_i^2) s^2, i.e. (K - 1)/K s^2 for K
+equally weighted clients (half of s^2 at K = 2). The detector divides D by
+1 - sum_i alpha_i^2, an unbiased estimate of s^2 whatever the cohort size,
+so one threshold serves rounds of 2 clients and of 20. sum_i alpha_i^2 comes
+from aggregates too: (sum_i n_i^2 / sum_i n_i) / sum_i n_i for example
+weights n_i, 1/K under DP (DP-FedAvg's fixed denominator K); 1/sum_i
+alpha_i^2 is reported as `effective_clients`. With a single client (sum 1)
+D is 0 and stays 0.
+
   w_div = sqrt(D) / ||w||     (w: the shared weights the round started from)
 
 is the round's statistic (called Delta in the issue; `nfl/delta`).
@@ -50,12 +63,14 @@ class DetectorConfig:
     window: rounds in the moving mean of w_div.
     threshold: epsilon; NFL when the windowed w_div stays >= epsilon.
     noise_squared_norm: E||n||^2 of the aggregate's DP noise (0 without DP).
+    cohort_correction: divide D by 1 - sum_i alpha_i^2 (module docstring).
   """
 
   warmup_rounds: int
   window: int
   threshold: float
   noise_squared_norm: float = 0.0
+  cohort_correction: bool = True
 
   def __post_init__(self):
     if self.warmup_rounds < 0 or self.window < 1 or self.threshold < 0:
@@ -87,13 +102,23 @@ def divergence(mean_squared_norm, aggregate_squared_norm, noise_squared_norm=0.0
   )
 
 
+def weight_concentration(mean_weight_by_weight, total_weight):
+  """sum_i alpha_i^2 = (sum_i n_i^2 / sum_i n_i) / sum_i n_i, from two aggregates."""
+  return tf.math.divide_no_nan(mean_weight_by_weight, total_weight)
+
+
 def update_state(state, mean_squared_norm, aggregate_squared_norm, weights_squared_norm,
-                 config: DetectorConfig):
-  """One round of the detector (TF); returns (new state, metrics)."""
-  w_div = tf.math.divide_no_nan(
-      tf.sqrt(divergence(mean_squared_norm, aggregate_squared_norm, config.noise_squared_norm)),
-      tf.sqrt(weights_squared_norm),
-  )
+                 config: DetectorConfig, concentration=0.0):
+  """One round of the detector (TF); returns (new state, metrics).
+
+  `concentration` is sum_i alpha_i^2 of the round's aggregation weights
+  (`weight_concentration`); it only matters with `config.cohort_correction`.
+  """
+  concentration = tf.cast(concentration, tf.float32)
+  spread = divergence(mean_squared_norm, aggregate_squared_norm, config.noise_squared_norm)
+  if config.cohort_correction:
+    spread = tf.math.divide_no_nan(spread, 1.0 - concentration)
+  w_div = tf.math.divide_no_nan(tf.sqrt(spread), tf.sqrt(weights_squared_norm))
   round_num = state['round_num'] + 1
   window = tf.concat([state['window'][1:], tf.reshape(w_div, [1])], axis=0)
   filled = tf.minimum(round_num, config.window)
@@ -113,6 +138,7 @@ def update_state(state, mean_squared_norm, aggregate_squared_norm, weights_squar
   metrics = collections.OrderedDict(
       w_div=w_div,
       windowed_w_div=windowed,
+      effective_clients=tf.math.divide_no_nan(1.0, concentration),
       flagged=new_state['flagged'],
       round_flagged=new_state['round_flagged'],
   )

@@ -236,6 +236,12 @@ NFL_WARMUP_ROUNDS = flags.DEFINE_integer(
 NFL_WINDOW = flags.DEFINE_integer(
     'nfl_window', 3, 'NFL detector: moving window of w_div (rounds).', lower_bound=1
 )
+NFL_COHORT_CORRECTION = flags.DEFINE_bool(
+    'nfl_cohort_correction', True,
+    'NFL detector: divide the cohort divergence by 1 - sum of squared'
+    ' aggregation weights ((K-1)/K for K equal clients), so that w_div does not'
+    " shrink with the clients a round (False: the issue's plain cohort formula).",
+)
 NFL_THRESHOLD = flags.DEFINE_float(
     'nfl_threshold', 0.05,
     'NFL detector: NFL when the windowed w_div is not below this after the'
@@ -423,6 +429,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       nfl_warmup_rounds=NFL_WARMUP_ROUNDS.value,
       nfl_window=NFL_WINDOW.value,
       nfl_threshold=NFL_THRESHOLD.value,
+      nfl_cohort_correction=NFL_COHORT_CORRECTION.value,
   )
 
 

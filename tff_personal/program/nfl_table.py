@@ -292,6 +292,27 @@ def checks(table: Mapping[tuple[str, str], Mapping[int, RunResult]]) -> list[tup
   return result
 
 
+CALIBRATION_SETTINGS = ('iid_full', 'full')
+CALIBRATION_MARGIN = 1.25
+
+
+def largest_windowed_w_div(experiment_dir: str) -> float:
+  """The largest windowed w_div of a detector run over the rounds it may flag
+  (after the warm-up, with a full window): the threshold is calibrated as
+  `CALIBRATION_MARGIN` x this on a clean, full-participation FedAvg run."""
+  with open(os.path.join(experiment_dir, 'run_config.json')) as f:
+    config = json.load(f)
+  first = max(config['nfl_warmup_rounds'] + 1, config['nfl_window'])
+  with open(os.path.join(experiment_dir, 'metrics.csv')) as f:
+    values = [
+        float(row['nfl/windowed_w_div']) for row in csv.DictReader(f)
+        if int(row['round']) >= first and row.get('nfl/windowed_w_div')
+    ]
+  if not values:
+    raise ValueError(f'{experiment_dir}: no detector rounds after the warm-up.')
+  return max(values)
+
+
 def report(
     experiment_dirs: Mapping[tuple[str, str, int], str], task: str
 ) -> str:
@@ -308,5 +329,14 @@ def report(
       'First flags (setting, seed, round): '
       + (', '.join(f'{s} {seed} r{r}' for s, seed, r in matrix.first_rounds) or 'none') + '.',
       '',
-  ] + [f'- [{"x" if passed else " "}] {text}' for text, passed in checks(table)]
+  ]
+  for (setting, column, seed), path in sorted(experiment_dirs.items()):
+    if setting in CALIBRATION_SETTINGS and column == 'fedavg' and table[(setting, column)][seed].flagged is not None:
+      largest = largest_windowed_w_div(path)
+      lines.append(
+          f'Calibration: {setting} seed {seed}: largest windowed w_div after the warm-up'
+          f' {largest:.4f}; {CALIBRATION_MARGIN} x that = {CALIBRATION_MARGIN * largest:.4f}.'
+      )
+  lines.append('')
+  lines += [f'- [{"x" if passed else " "}] {text}' for text, passed in checks(table)]
   return '\n'.join(lines)
