@@ -25,11 +25,25 @@ def test_attaching_module_numbers():
   np.testing.assert_allclose(h, expected, rtol=1e-6)
 
 
+@pytest.fixture(scope='module', params=[True, False], ids=['attach_logits', 'hidden_only'])
+def attach_logits(request):
+  return request.param
+
+
 @pytest.fixture(scope='module')
-def process():
+def process(attach_logits):
   return lindt.build_lindt(
       MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+      attach_logits=attach_logits,
   )
+
+
+def attach(g, l):
+  """The attaching module in NumPy: l + sigmoid(<g, l> / (||l|| sqrt(d))) g, per row."""
+  score = np.sum(g * l, axis=1) / (
+      np.maximum(np.linalg.norm(l, axis=1), 1e-6) * np.sqrt(l.shape[1])
+  )
+  return l + (1 / (1 + np.exp(-score)))[:, None] * g
 
 
 def test_only_the_global_model_is_sent(process):
@@ -42,7 +56,7 @@ def test_only_the_global_model_is_sent(process):
   assert str(signature.result[1]) == '{' + weights + '}@CLIENTS'
 
 
-def reference_step(w, v, x, y):
+def reference_step(w, v, x, y, attach_logits):
   """One SGD step of the dual loss, written from the formulas directly."""
   w = [tf.Variable(p, dtype=tf.float64) for p in w]
   v = [tf.Variable(p, dtype=tf.float64) for p in v]
@@ -55,6 +69,10 @@ def reference_step(w, v, x, y):
     h = l1 + tf.sigmoid(score)[:, None] * g1
     global_logits = g1 @ w[2] + w[3]
     local_logits = h @ v[2] + v[3]
+    if attach_logits:  # The same module on the logits (2 classes).
+      norm = tf.sqrt(tf.maximum(tf.reduce_sum(local_logits**2, axis=1), 1e-12))
+      score = tf.reduce_sum(global_logits * local_logits, axis=1) / (norm * np.sqrt(2.0))
+      local_logits = local_logits + tf.sigmoid(score)[:, None] * global_logits
     ce = lambda logits: tf.reduce_mean(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
     )
@@ -64,7 +82,7 @@ def reference_step(w, v, x, y):
   return [t.numpy() for t in new[:4]], [t.numpy() for t in new[4:]]
 
 
-def test_one_round_matches_the_formulas(process):
+def test_one_round_matches_the_formulas(process, attach_logits):
   state = process.initialize()
   w = process.get_model_weights(state).trainable
   rng = np.random.default_rng(3)
@@ -74,7 +92,7 @@ def test_one_round_matches_the_formulas(process):
       process, state, [batches_dataset([(x, y)])],
       [ModelWeights(trainable=v, non_trainable=[])],
   )
-  expected_w, expected_v = reference_step(w, v, x, y)
+  expected_w, expected_v = reference_step(w, v, x, y, attach_logits)
   for actual, expected in zip(process.get_model_weights(output.state).trainable, expected_w):
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
   for actual, expected in zip(output.personal_states[0].trainable, expected_v):
@@ -82,7 +100,7 @@ def test_one_round_matches_the_formulas(process):
   assert output.metrics['client_work']['train']['num_examples'] == 5
 
 
-def test_evaluate_predicts_with_the_local_logits(process):
+def test_evaluate_predicts_with_the_local_logits(process, attach_logits):
   weights = process.get_model_weights(process.initialize())
   w = weights.trainable
   v = [p * 0.5 + 0.1 for p in w]
@@ -92,8 +110,9 @@ def test_evaluate_predicts_with_the_local_logits(process):
   )
   g1 = np.maximum(x @ w[0] + w[1], 0)
   l1 = np.maximum(x @ v[0] + v[1], 0)
-  score = np.sum(g1 * l1, axis=1) / (np.maximum(np.linalg.norm(l1, axis=1), 1e-6) * np.sqrt(3))
-  logits = (l1 + (1 / (1 + np.exp(-score)))[:, None] * g1) @ v[2] + v[3]
+  logits = attach(g1, l1) @ v[2] + v[3]
+  if attach_logits:
+    logits = attach(g1 @ w[2] + w[3], logits)
   assert result['sparse_categorical_accuracy'] == pytest.approx(
       np.mean(np.argmax(logits, axis=1) == y)
   )

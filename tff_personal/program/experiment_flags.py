@@ -116,6 +116,11 @@ LINDT_STOP = flags.DEFINE_enum(
     'LINDT on_detection: keep dual training once activated, or give each'
     ' client one dual round.',
 )
+LINDT_ATTACH_LOGITS = flags.DEFINE_bool(
+    'lindt_attach_logits', True,
+    "LINDT: an attaching module on the logits too (L's logits + sigmoid(score) x"
+    " G's; algorithms/lindt.py); False: only between hidden blocks, as the paper.",
+)
 
 # APFL (Deng, Kamani, Mahdavi 2020).
 APFL_ALPHA = flags.DEFINE_float(
@@ -408,6 +413,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       fedprox_mu=FEDPROX_MU.value,
       lindt_mode=LINDT_MODE.value,
       lindt_stop=LINDT_STOP.value,
+      lindt_attach_logits=LINDT_ATTACH_LOGITS.value,
       apfl_alpha=APFL_ALPHA.value,
       apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
       apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,
