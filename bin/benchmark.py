@@ -36,7 +36,13 @@ Prints, on the same clients' data and the same model:
   our FedAvg round.
 
 Every time is the median over --rounds rounds after one warm-up round on the
-same clients. Times, not assertions: no test depends on them.
+same clients. The main ratios are paired: the fastest floor variant stays up
+in its own process, and each timed round of stock FedAvg or of ours follows
+one floor round, so a ratio is the median of round / the floor round just
+before it (this shared VM's speed drifts by up to 2x within minutes, which
+made ratios of medians taken minutes apart swing). CPU-seconds (this process
+and its TFF worker against the floor process, the same pairs) are steadier
+still. Times, not assertions: no test depends on them.
 """
 
 import time
@@ -112,6 +118,71 @@ def _median_seconds(fn, rounds: int) -> float:
   return statistics.median(times)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Paired:
+  """Medians over rounds each timed right after a floor round (module docstring)."""
+
+  seconds: float
+  cpu_seconds: float
+  ratio: float  # median of seconds / (passes x the floor round before it)
+  cpu_ratio: float  # median of CPU-seconds / (passes x that floor round's)
+
+
+def _cpu_seconds(worker_pid: Optional[int]) -> float:
+  """CPU time of this process (all threads) and of its TFF worker so far."""
+  seconds = time.process_time()
+  if worker_pid is not None:
+    with open(f'/proc/{worker_pid}/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+    seconds += (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')  # utime, stime
+  return seconds
+
+
+class _FloorServer:
+  """The fastest floor variant in its own process, a round per request."""
+
+  def __init__(self, folder: str, args: list):
+    env = dict(os.environ, PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+    self._process = subprocess.Popen(
+        [sys.executable, '-m', 'tff_personal.program.compute_floor', folder, '--serve', *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )
+    self._read()  # {"ready": true}, after its warm-up round.
+
+  def _read(self) -> dict:
+    line = self._process.stdout.readline()
+    if not line:
+      sys.exit('benchmark.py: error: the compute floor process exited early.')
+    return json.loads(line)
+
+  def round(self) -> dict:
+    """One floor round: {"seconds", "cpu_seconds"}."""
+    self._process.stdin.write('round\n')
+    self._process.stdin.flush()
+    return self._read()
+
+  def close(self) -> None:
+    self._process.stdin.close()
+    self._process.stdout.read()
+    self._process.wait()
+
+
+def _paired(fn, floor: _FloorServer, passes: int, worker_pid: Optional[int]) -> _Paired:
+  """Times `fn` after a warm-up, each round right after a floor round."""
+  fn()
+  seconds, cpu_seconds, ratios, cpu_ratios = [], [], [], []
+  for _ in range(ROUNDS.value):
+    floor_round = floor.round()
+    started, cpu_started = time.monotonic(), _cpu_seconds(worker_pid)
+    fn()
+    seconds.append(time.monotonic() - started)
+    cpu_seconds.append(_cpu_seconds(worker_pid) - cpu_started)
+    ratios.append(seconds[-1] / (passes * floor_round['seconds']))
+    cpu_ratios.append(cpu_seconds[-1] / (passes * floor_round['cpu_seconds']))
+  median = statistics.median
+  return _Paired(median(seconds), median(cpu_seconds), median(ratios), median(cpu_ratios))
+
+
 # (mode, intra-op threads, inter-op threads; 0: TensorFlow's default).
 _FLOOR_VARIANTS = (
     ('sequential', 0, 0), ('parallel', 0, 0), ('parallel', 1, os.cpu_count() or 1),
@@ -148,12 +219,16 @@ def _compute_floor(task, datasets, learning_rate, folder):
     steps.add(result['steps'])
   if len(steps) != 1:
     sys.exit(f'benchmark.py: error: the floor variants ran different steps: {sorted(steps)}')
-  return min(seconds.values()), steps.pop(), seconds
+  fastest = min(seconds, key=seconds.get)
+  mode, intra, inter = _FLOOR_VARIANTS[list(seconds).index(fastest)]
+  server_args = [f'--mode={mode}', f'--intra_op_threads={intra}', f'--inter_op_threads={inter}']
+  return seconds[fastest], steps.pop(), seconds, server_args
 
 
 def _stock_fedavg_round(task, client_data, learning_rate, dataset_computation=None,
-                        loop=tff.learning.LoopImplementation.DATASET_REDUCE):
-  """Median seconds of stock FedAvg's round, composed with `dataset_computation` if given."""
+                        loop=tff.learning.LoopImplementation.DATASET_REDUCE, paired_with=None):
+  """Median seconds of stock FedAvg's round, composed with `dataset_computation` if given;
+  `_Paired` times instead with `paired_with=(floor server, worker pid)`."""
   process = tff.learning.algorithms.build_weighted_fed_avg(
       task.model.tff_model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate),
@@ -169,11 +244,13 @@ def _stock_fedavg_round(task, client_data, learning_rate, dataset_computation=No
   def one_round():
     state[0] = process.next(state[0], client_data).state
 
+  if paired_with is not None:
+    return _paired(one_round, paired_with[0], 1, paired_with[1])
   return _median_seconds(one_round, ROUNDS.value)
 
 
 def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_ids,
-               dataset_computation):
+               dataset_computation, paired_with):
   """Median seconds of `next` (datasets serialized, and composed from ids), of
   a round with the personal state store in the loop (read, `next`, write, as
   the program does), and of that round's store calls."""
@@ -221,7 +298,8 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
   started = time.monotonic()
   one_round()
   first_call = time.monotonic() - started
-  round_seconds = _median_seconds(one_round, ROUNDS.value)
+  paired = _paired(one_round, paired_with[0], _PASSES[name], paired_with[1])
+  round_seconds = paired.seconds
   composed_next = client_datasets.compose_client_datasets(dataset_computation, process.next)
   composed_seconds = _median_seconds(round_fn(composed_next, [
       process.client_input(k) if process.takes_client_roles else k for k in client_ids
@@ -239,13 +317,13 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
     store.close()
   flat = _flat(holder['personal'][0])
   personal_flat = flat if process.has_personal_state else None
-  return _OurTimes(round_seconds, composed_seconds, with_store_seconds, store_seconds,
+  return _OurTimes(paired, composed_seconds, with_store_seconds, store_seconds,
                    first_call, personal_flat)
 
 
 @dataclasses.dataclass(frozen=True)
 class _OurTimes:
-  round_seconds: float  # `next` alone, the clients' datasets serialized into the call.
+  paired: _Paired  # `next` alone, the clients' datasets serialized into the call.
   composed_seconds: float  # `next` composed with the dataset computation (ids in).
   with_store_seconds: float  # Store read + `next` + store write.
   store_seconds: float  # The store calls of that round (read + write, write-behind).
@@ -323,11 +401,67 @@ def _store_scaling(flat_state, cohort: int, populations, store_dir):
   return rows
 
 
+def _timed_rounds(task, clients, datasets, lr, paired_with):
+  """Stock FedAvg's rounds and ours, each paired with floor rounds; returns the
+  table's rows (label, `_Paired`, (composed s, ratio) or None, with-store s or
+  None, store share %), the store scaling rows and (the first algorithm, its
+  first call's seconds)."""
+  rows = []
+  client_ids = _client_ids_and_seeds(clients)
+  stock = _stock_fedavg_round(task, datasets, lr, paired_with=paired_with)
+  # Built (traced) once, composed in front of every round below.
+  dataset_computation = task.train_dataset_computation(epochs=1, batch_size=BATCH_SIZE.value)
+  stock_composed = _stock_fedavg_round(task, client_ids, lr, dataset_computation)
+  stock_iterator = _stock_fedavg_round(
+      task, datasets, lr, loop=tff.learning.LoopImplementation.DATASET_ITERATOR,
+      paired_with=paired_with,
+  )
+  floor = stock.seconds / stock.ratio  # The floor rounds' median, near enough for the row.
+  print(f'stock tff.learning FedAvg: {stock.seconds:.3f} s a round = {stock.ratio:.2f}x the'
+        f' floor (CPU {stock.cpu_ratio:.2f}x); composed from client ids {stock_composed:.3f} s;'
+        f' with DATASET_ITERATOR loops {stock_iterator.seconds:.3f} s ='
+        f' {stock_iterator.ratio:.2f}x (CPU {stock_iterator.cpu_ratio:.2f}x)', flush=True)
+  rows.append(('stock tff.learning FedAvg', stock, (stock_composed, stock_composed / floor),
+               None, None))
+  rows.append(('stock, DATASET_ITERATOR loops', stock_iterator, None, None, None))
+  scaling_state, scaling, first_call = None, [], None
+  with tempfile.TemporaryDirectory() as store_dir:
+    for name in ALGORITHMS.value:
+      times = _our_round(name, task, clients, datasets, lr, store_dir, client_ids,
+                         dataset_computation, paired_with)
+      if times.personal_flat is not None and scaling_state is None:
+        scaling_state = (name, times.personal_flat)
+      paired = times.paired
+      own_floor = paired.seconds / paired.ratio
+      share = 100 * times.store_seconds / times.with_store_seconds
+      rows.append((f'ours: {name}', paired,
+                   (times.composed_seconds, times.composed_seconds / own_floor),
+                   times.with_store_seconds, share))
+      print(
+          f'{name}: {paired.seconds:.3f} s a round = {paired.ratio:.2f}x its floor'
+          f' ({_PASSES[name]} floor passes; CPU {paired.cpu_seconds:.2f} s ='
+          f' {paired.cpu_ratio:.2f}x); composed from client ids {times.composed_seconds:.3f} s;'
+          f' with the personal state store in the loop {times.with_store_seconds:.3f} s, of'
+          f' which store calls {times.store_seconds * 1000:.1f} ms ({share:.1f}%);'
+          f' first call (trace + run) {times.first_call:.1f} s',
+          flush=True,
+      )
+      if first_call is None:
+        first_call = (name, times.first_call)
+    if scaling_state is not None and STORED_CLIENTS.value:
+      print(f'personal state of {scaling_state[0]}:'
+            f' {sum(a.nbytes for a in scaling_state[1]) / 1024:.0f} KiB a client', flush=True)
+      scaling = _store_scaling(
+          scaling_state[1], len(clients), [int(n) for n in STORED_CLIENTS.value], store_dir
+      )
+  return rows, scaling, first_call
+
+
 def main(argv):
   if len(argv) > 1:
     sys.exit(f'benchmark.py: error: unexpected arguments: {" ".join(argv[1:])}')
   # First: it also retires TFF's import-time context.
-  context.install_local_context(MAX_CONCURRENT_CALLS.value)
+  worker = context.install_local_context(MAX_CONCURRENT_CALLS.value)
   unknown = [a for a in ALGORITHMS.value if a not in _PASSES]
   if unknown:
     sys.exit(f'benchmark.py: error: --algorithms: unknown {", ".join(unknown)}')
@@ -349,66 +483,28 @@ def main(argv):
       flush=True,
   )
   with tempfile.TemporaryDirectory() as folder:
-    floor, steps, variants = _compute_floor(task, datasets, lr, folder)
-  print(
-      f'compute floor (plain TF, a process without TFF, fastest variant): {floor:.3f} s a'
-      f' round, {steps} SGD steps ('
-      + '; '.join(f'{name} {sec:.3f} s' for name, sec in variants.items()) + ')',
-      flush=True,
-  )
-  client_ids = _client_ids_and_seeds(clients)
-  stock = _stock_fedavg_round(task, datasets, lr)
-  # Built (traced) once, composed in front of every round below.
-  dataset_computation = task.train_dataset_computation(epochs=1, batch_size=BATCH_SIZE.value)
-  stock_composed = _stock_fedavg_round(task, client_ids, lr, dataset_computation)
-  stock_iterator = _stock_fedavg_round(
-      task, datasets, lr, loop=tff.learning.LoopImplementation.DATASET_ITERATOR
-  )
-  print(f'stock tff.learning FedAvg: {stock:.3f} s a round = {stock / floor:.2f}x the floor;'
-        f' composed from client ids {stock_composed:.3f} s = {stock_composed / floor:.2f}x;'
-        f' with DATASET_ITERATOR loops {stock_iterator:.3f} s = {stock_iterator / floor:.2f}x',
-        flush=True)
-  rows, scaling_state, scaling = [], None, []
-  with tempfile.TemporaryDirectory() as store_dir:
-    for name in ALGORITHMS.value:
-      times = _our_round(name, task, clients, datasets, lr, store_dir, client_ids,
-                         dataset_computation)
-      if times.personal_flat is not None and scaling_state is None:
-        scaling_state = (name, times.personal_flat)
-      own_floor = floor * _PASSES[name]
-      rows.append((name, own_floor, times))
-      print(
-          f'{name}: {times.round_seconds:.3f} s a round ='
-          f' {times.round_seconds / own_floor:.2f}x its floor ({_PASSES[name]} x {floor:.3f} s);'
-          f' composed from client ids {times.composed_seconds:.3f} s ='
-          f' {times.composed_seconds / own_floor:.2f}x; with the personal state store in the'
-          f' loop {times.with_store_seconds:.3f} s, of which store calls'
-          f' {times.store_seconds * 1000:.1f} ms'
-          f' ({100 * times.store_seconds / times.with_store_seconds:.1f}%);'
-          f' first call (trace + run) {times.first_call:.1f} s',
-          flush=True,
-      )
-    if scaling_state is not None and STORED_CLIENTS.value:
-      print(f'personal state of {scaling_state[0]}:'
-            f' {sum(a.nbytes for a in scaling_state[1]) / 1024:.0f} KiB a client', flush=True)
-      scaling = _store_scaling(
-          scaling_state[1], len(clients), [int(n) for n in STORED_CLIENTS.value], store_dir
-      )
-  print()
-  print('| | s a round | ratio to its floor | composed from ids: s | ratio |'
-        ' with the store in the loop: s | store calls: share of that round |')
-  print('|---|---|---|---|---|---|---|')
-  print(f'| compute floor | {floor:.3f} | 1.00 | | | | |')
-  print(f'| stock tff.learning FedAvg | {stock:.3f} | {stock / floor:.2f} |'
-        f' {stock_composed:.3f} | {stock_composed / floor:.2f} | | |')
-  print(f'| stock, DATASET_ITERATOR loops | {stock_iterator:.3f} |'
-        f' {stock_iterator / floor:.2f} | | | | |')
-  for name, own_floor, t in rows:
+    floor, steps, variants, server_args = _compute_floor(task, datasets, lr, folder)
     print(
-        f'| ours: {name} | {t.round_seconds:.3f} | {t.round_seconds / own_floor:.2f} |'
-        f' {t.composed_seconds:.3f} | {t.composed_seconds / own_floor:.2f} |'
-        f' {t.with_store_seconds:.3f} | {100 * t.store_seconds / t.with_store_seconds:.1f}% |'
+        f'compute floor (plain TF, a process without TFF, fastest variant): {floor:.3f} s a'
+        f' round, {steps} SGD steps ('
+        + '; '.join(f'{name} {sec:.3f} s' for name, sec in variants.items()) + ')',
+        flush=True,
     )
+    floor_server = _FloorServer(folder, server_args)
+    try:
+      rows, scaling, first_call = _timed_rounds(task, clients, datasets, lr, (floor_server, worker.pid))
+    finally:
+      floor_server.close()
+  print()
+  print('| | s a round | ratio to its floor | CPU-s a round | CPU ratio | composed from ids: s'
+        ' | ratio | with the store in the loop: s | store calls: share of that round |')
+  print('|---|---|---|---|---|---|---|---|---|')
+  print(f'| compute floor (before the pairs) | {floor:.3f} | 1.00 | | 1.00 | | | | |')
+  for label, paired, composed, with_store, store_share in rows:
+    composed_cells = f' {composed[0]:.3f} | {composed[1]:.2f} |' if composed else ' | |'
+    store_cells = f' {with_store:.3f} | {store_share:.1f}% |' if with_store else ' | |'
+    print(f'| {label} | {paired.seconds:.3f} | {paired.ratio:.2f} | {paired.cpu_seconds:.2f} |'
+          f' {paired.cpu_ratio:.2f} |' + composed_cells + store_cells)
   if scaling:
     print('\n| stored clients | store MiB | read+write (ms) | checkpoint+fingerprint (ms) |'
           ' memory a round adds (MiB) |')
@@ -416,7 +512,7 @@ def main(argv):
     for population, round_seconds, checkpoint_seconds, size_mib, added in scaling:
       print(f'| {population} | {size_mib:.0f} | {round_seconds * 1000:.1f} |'
             f' {checkpoint_seconds * 1000:.1f} | {added:.1f} |')
-  first = f'; first {rows[0][0]} round (trace + run) {rows[0][2].first_call:.1f} s' if rows else ''
+  first = f'; first {first_call[0]} round (trace + run) {first_call[1]:.1f} s' if first_call else ''
   print(f'\nstart-up: importing TensorFlow and TFF {_IMPORTED - _STARTED:.1f} s{first}')
 
 if __name__ == '__main__':

@@ -25,13 +25,14 @@ def test_benchmark_prints_every_ratio(tmp_path):
       r' [\d.]+ s; parallel, 1 thread an op, \d+ ops at once [\d.]+ s; threads, default'
       r' threads [\d.]+ s; threads, 1 thread an op, \d+ ops at once [\d.]+ s\)', out)
   number = r'[\d.]+'
-  assert re.search(rf'\| stock tff.learning FedAvg \| {number} \| {number} \| {number} \| {number} \| \| \|', out)
-  assert re.search(rf'\| stock, DATASET_ITERATOR loops \| {number} \| {number} \| \| \| \| \|', out)
-  assert re.search(rf'\| ours: fedavg \|( {number} \|){{5}} 0.0% \|', out)
-  assert re.search(rf'\| ours: ditto \|( {number} \|){{5}} {number}% \|', out)
-  floors = re.findall(r'^(\w+): .* its floor \((\d) x ([\d.]+) s\)', out, re.MULTILINE)
-  assert [(name, passes) for name, passes, _ in floors] == [('fedavg', '1'), ('ditto', '2')]
-  assert floors[0][2] == floors[1][2]  # The same floor, times the passes.
+  assert re.search(rf'\| compute floor \(before the pairs\) \| {number} \| 1.00 \| \| 1.00 \|', out)
+  # Seconds, paired ratio, CPU-seconds, CPU ratio; then composed and store cells.
+  assert re.search(rf'\| stock tff.learning FedAvg \|( {number} \|){{6}} \| \|', out)
+  assert re.search(rf'\| stock, DATASET_ITERATOR loops \|( {number} \|){{4}} \| \| \| \|', out)
+  assert re.search(rf'\| ours: fedavg \|( {number} \|){{7}} 0.0% \|', out)
+  assert re.search(rf'\| ours: ditto \|( {number} \|){{7}} {number}% \|', out)
+  floors = re.findall(r'^(\w+): .* its floor \((\d) floor passes; CPU', out, re.MULTILINE)
+  assert floors == [('fedavg', '1'), ('ditto', '2')]
   # The last column, memory a round adds, can read slightly below 0: the
   # kernel's resident-size counters lag a little behind the reset peak.
   assert re.search(r'\| 10 \| \d+ \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|', out)

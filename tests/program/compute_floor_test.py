@@ -43,3 +43,13 @@ def test_floor_counts_the_round_steps_without_loading_tff(tmp_path):
   np.testing.assert_allclose(checksums, checksums[0], rtol=1e-6)
   initial = sum(np.abs(w).sum() for w in model.get_weights())
   assert abs(checksums[0] - initial) > 1e-3  # The rounds changed the weights.
+  # --serve: a round per line of stdin, timed; the same rounds, the same weights.
+  run = subprocess.run(
+      [sys.executable, '-m', 'tff_personal.program.compute_floor', str(tmp_path), '--serve'],
+      input='round\n', capture_output=True, text=True, timeout=300, check=True,
+      env=dict(os.environ, PYTHONPATH=_REPO_ROOT),
+  )
+  lines = [json.loads(line) for line in run.stdout.strip().splitlines()]
+  assert lines[0] == {'ready': True} and len(lines) == 3
+  assert lines[1]['seconds'] > 0 and lines[1]['cpu_seconds'] > 0
+  np.testing.assert_allclose(lines[2]['checksum'], checksums[0], rtol=1e-6)

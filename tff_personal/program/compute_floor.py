@@ -20,6 +20,13 @@ training order; batched in order they give exactly the round's batches).
 Prints one JSON line: {"seconds": median round, "steps": SGD steps a round,
 "checksum": sum of |w| after the rounds (equal across modes)}.
 
+With --serve the process stays up after its warm-up round: it prints
+{"ready": true}, then runs one round for each line it reads on stdin and
+prints {"seconds": ..., "cpu_seconds": ...} (wall and process CPU time of
+that round), and prints the JSON line above at end of input. So
+`bin/benchmark.py` can alternate floor rounds with TFF rounds and compare
+rounds measured next to each other (this VM's speed drifts within minutes).
+
 Modes: `sequential` (one model, clients one after the other), `parallel`
 (a model per client in the same `tf.function`; the automatic control
 dependencies of `tf.function` may still order their variable updates) and
@@ -63,7 +70,7 @@ def write_round(folder: str, model, loss, learning_rate: float, batch_size: int,
   np.savez(os.path.join(folder, 'clients.npz'), **arrays)
 
 
-def _measure(folder: str, mode: str) -> dict:
+def _measure(folder: str, mode: str, serve: bool = False) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   with open(os.path.join(folder, 'round.json')) as f:
@@ -136,10 +143,20 @@ def _measure(folder: str, mode: str) -> dict:
 
   steps = int(round_fn(datasets))  # Warm-up: traces.
   times = []
-  for _ in range(spec['rounds']):
-    started = time.monotonic()
+
+  def timed_round():
+    started, cpu_started = time.monotonic(), time.process_time()
     round_fn(datasets)
     times.append(time.monotonic() - started)
+    return {'seconds': times[-1], 'cpu_seconds': time.process_time() - cpu_started}
+
+  if serve:
+    print(json.dumps({'ready': True}), flush=True)
+    for _ in sys.stdin:
+      print(json.dumps(timed_round()), flush=True)
+  else:
+    for _ in range(spec['rounds']):
+      timed_round()
   # The same steps in every mode give the same weights (up to float order).
   checksum = float(sum(tf.reduce_sum(tf.abs(w)) for w in global_weights))
   return {'seconds': statistics.median(times), 'steps': steps, 'checksum': checksum}
@@ -151,12 +168,14 @@ def main(argv=None) -> None:
   parser.add_argument('--mode', choices=['sequential', 'parallel', 'threads'], default='sequential')
   parser.add_argument('--intra_op_threads', type=int, default=0)
   parser.add_argument('--inter_op_threads', type=int, default=0)
+  parser.add_argument('--serve', action='store_true',
+                      help='run a round per line of stdin (module docstring)')
   args = parser.parse_args(argv)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
   tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
-  result = _measure(args.folder, args.mode)
+  result = _measure(args.folder, args.mode, args.serve)
   if 'tensorflow_federated' in sys.modules:
     sys.exit('compute_floor: error: tensorflow_federated was imported; the floor would be slow.')
   print(json.dumps(result), flush=True)
