@@ -170,3 +170,33 @@ def test_dp_statistic_adds_back_the_expected_noise():
       np.sqrt(divergence) / weights_norm, rel=1e-3
   )
   assert output.metrics['nfl']['effective_clients'] == pytest.approx(2.0)
+
+
+def test_noise_to_signal_of_the_dp_statistic():
+  # fmnist CNN (215,370 weights), z = 1, C = 1, K = 10, DP mean of the norms
+  # with 10 z: sqrt(2 d 0.1^4 + (2 x 0.1)^2 + 1^2) / (10/9) per round.
+  expected = np.sqrt(2 * 215370 * 1e-4 + 0.04 + 1.0) / (10 / 9)
+  assert detector.noise_to_signal(215370, 1.0, 1.0, 10, 10.0) == pytest.approx(expected)
+  assert expected == pytest.approx(5.98, abs=0.01)
+  assert detector.noise_to_signal(215370, 1.0, 1.0, 10, 10.0, window=3) == pytest.approx(
+      expected / np.sqrt(3)
+  )
+  assert detector.noise_to_signal(215370, 0.1, 1.0, 10, 10.0) < 0.2  # Moderate noise.
+  assert detector.noise_to_signal(100, 0.0, 1.0, 10, 10.0) == 0.0
+
+
+def test_a_blind_detector_is_logged(caplog):
+  setting = dp.DpSetting(noise_multiplier=50.0, clip_norm=1.0, clients_per_round=2)
+  with caplog.at_level('WARNING'):
+    fedavg.build_fedavg(
+        test_utils.tiny_model_spec(), client_learning_rate=0.1,
+        server=shared_model.ServerOptions(
+            seed=11,
+            model_aggregator=dp.build_dp_aggregator(
+                noise_multiplier=50.0, clients_per_round=2, clip_norm=1.0
+            ),
+            nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0),
+            dp_setting=setting,
+        ),
+    )
+  assert 'it cannot tell divergence from noise' in caplog.text
