@@ -46,7 +46,7 @@ class AlgorithmOptions:
     lindt_mode: LINDT's 'always' or 'on_detection'.
     lindt_stop: LINDT's stopping strategy on detection ('persist' or
       'after_one_round').
-    lindt_attach_logits: LINDT attaches G's logits to L's too.
+    lindt_attach_logits: LINDT attaches G's logits to L's too (off: the paper).
     apfl_alpha: APFL's initial mixing weight of a new client.
     apfl_adaptive_alpha: APFL learns each client's alpha.
     apfl_alpha_learning_rate: APFL's alpha SGD rate (None: the client's).
@@ -87,7 +87,7 @@ class AlgorithmOptions:
   fedprox_mu: float = 0.01
   lindt_mode: str = 'always'
   lindt_stop: str = 'persist'
-  lindt_attach_logits: bool = True
+  lindt_attach_logits: bool = False
   apfl_alpha: float = 0.5
   apfl_adaptive_alpha: bool = True
   apfl_alpha_learning_rate: Optional[float] = None

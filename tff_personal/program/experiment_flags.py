@@ -117,9 +117,10 @@ LINDT_STOP = flags.DEFINE_enum(
     ' client one dual round.',
 )
 LINDT_ATTACH_LOGITS = flags.DEFINE_bool(
-    'lindt_attach_logits', True,
+    'lindt_attach_logits', False,
     "LINDT: an attaching module on the logits too (L's logits + sigmoid(score) x"
-    " G's; algorithms/lindt.py); False: only between hidden blocks, as the paper.",
+    " G's; helps label-IID clients, hurts non-IID ones: algorithms/lindt.py);"
+    ' False: only between hidden blocks, as the paper.',
 )
 
 # APFL (Deng, Kamani, Mahdavi 2020).
