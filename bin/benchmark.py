@@ -492,7 +492,9 @@ def main(argv):
     )
     floor_server = _FloorServer(folder, server_args)
     try:
-      rows, scaling, first_call = _timed_rounds(task, clients, datasets, lr, (floor_server, worker.pid))
+      rows, scaling, first_call = _timed_rounds(
+          task, clients, datasets, lr, (floor_server, worker.pid)
+      )
     finally:
       floor_server.close()
   print()

@@ -271,7 +271,7 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
       '--lindt_stop=after_one_round', '--nfl_detection', '--nfl_threshold=0.0271',
       '--nfl_window=4', '--dp_clip_norm=0.5', '--dp_noise_multiplier=0.1',
       '--ditto_lambda_grid=0.1,1.0', '--apfl_alpha=0.25', '--noapfl_adaptive_alpha',
-      '--finetune_epochs=2',
+      '--finetune_epochs=2', '--lindt_attach_logits', '--nonfl_cohort_correction',
   ]
   with flagsaver.flagsaver():
     ef.parse_flags_or_exit(['train.py'] + argv)
@@ -279,7 +279,8 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
   for name, value in [('nfl_threshold', 0.0271), ('lindt_stop', 'after_one_round'),
                       ('dp_noise_multiplier', 0.1), ('ditto_lambda_grid', ['0.1', '1.0']),
                       ('apfl_adaptive_alpha', False), ('finetune_epochs', 2),
-                      ('nfl_detection', True), ('dp_delta', None)]:
+                      ('nfl_detection', True), ('dp_delta', None),
+                      ('lindt_attach_logits', True), ('nfl_cohort_correction', False)]:
     assert config[name] == value, name
   path = tmp_path / 'flags.txt'
   path.write_text(flagfile)

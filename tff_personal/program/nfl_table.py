@@ -331,7 +331,8 @@ def report(
       '',
   ]
   for (setting, column, seed), path in sorted(experiment_dirs.items()):
-    if setting in CALIBRATION_SETTINGS and column == 'fedavg' and table[(setting, column)][seed].flagged is not None:
+    calibration_run = setting in CALIBRATION_SETTINGS and column == 'fedavg'
+    if calibration_run and table[(setting, column)][seed].flagged is not None:
       largest = largest_windowed_w_div(path)
       lines.append(
           f'Calibration: {setting} seed {seed}: largest windowed w_div after the warm-up'
