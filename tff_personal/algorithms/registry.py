@@ -87,7 +87,7 @@ class AlgorithmOptions:
   fedprox_mu: float = 0.01
   lindt_mode: str = 'always'
   lindt_stop: str = 'persist'
-  lindt_attach_logits: bool = False
+  lindt_attach_logits: bool = True
   apfl_alpha: float = 0.5
   apfl_adaptive_alpha: bool = True
   apfl_alpha_learning_rate: Optional[float] = None

@@ -117,10 +117,10 @@ LINDT_STOP = flags.DEFINE_enum(
     ' client one dual round.',
 )
 LINDT_ATTACH_LOGITS = flags.DEFINE_bool(
-    'lindt_attach_logits', False,
+    'lindt_attach_logits', True,
     "LINDT: an attaching module on the logits too (L's logits + sigmoid(score) x"
-    " G's; helps label-IID clients, hurts non-IID ones: algorithms/lindt.py);"
-    ' False: only between hidden blocks, as the paper.',
+    " G's; our change, algorithms/lindt.py says what it measured); False: only"
+    ' between hidden blocks, as the paper.',
 )
 
 # APFL (Deng, Kamani, Mahdavi 2020).
