@@ -139,19 +139,23 @@ def test_fedavg_reports_the_divergence_of_its_clients(process):
   assert output.state['nfl']['round_num'] == 1
 
 
-def test_dp_statistic_adds_back_the_expected_noise():
-  setting = dp.DpSetting(noise_multiplier=0.0, clip_norm=0.01, clients_per_round=2)
-  process = fedavg.build_fedavg(
+def dp_fedavg_with_detector(noise_multiplier, clip_norm):
+  """FedAvg of the tiny model under DP (2 clients a round) with the detector."""
+  return fedavg.build_fedavg(
       test_utils.tiny_model_spec(), client_learning_rate=0.1,
       server=shared_model.ServerOptions(
           seed=11,
           model_aggregator=dp.build_dp_aggregator(
-              noise_multiplier=0.0, clients_per_round=2, clip_norm=0.01
+              noise_multiplier=noise_multiplier, clients_per_round=2, clip_norm=clip_norm
           ),
           nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0),
-          dp_setting=setting,
+          dp_setting=dp.DpSetting(noise_multiplier, clip_norm, clients_per_round=2),
       ),
   )
+
+
+def test_dp_statistic_adds_back_the_expected_noise():
+  process = dp_fedavg_with_detector(noise_multiplier=0.0, clip_norm=0.01)
   state = process.initialize()
   kernel, bias = process.get_model_weights(state).trainable
   clients = [client_batches(1, [3, 2]), client_batches(2, [4])]
@@ -186,17 +190,10 @@ def test_noise_to_signal_of_the_dp_statistic():
 
 
 def test_a_blind_detector_is_logged(caplog):
-  setting = dp.DpSetting(noise_multiplier=50.0, clip_norm=1.0, clients_per_round=2)
   with caplog.at_level('WARNING'):
-    fedavg.build_fedavg(
-        test_utils.tiny_model_spec(), client_learning_rate=0.1,
-        server=shared_model.ServerOptions(
-            seed=11,
-            model_aggregator=dp.build_dp_aggregator(
-                noise_multiplier=50.0, clients_per_round=2, clip_norm=1.0
-            ),
-            nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0),
-            dp_setting=setting,
-        ),
-    )
+    dp_fedavg_with_detector(noise_multiplier=50.0, clip_norm=1.0)
   assert 'it cannot tell divergence from noise' in caplog.text
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    dp_fedavg_with_detector(noise_multiplier=0.0, clip_norm=0.01)
+  assert 'it cannot tell divergence from noise' not in caplog.text
