@@ -194,7 +194,8 @@ def _compute_floor(task, datasets, learning_rate, folder):
   """The round's SGD steps in plain TensorFlow, in a process without TFF.
 
   See `program/compute_floor.py` (why apart); returns the fastest variant's
-  seconds, the steps, and every variant's seconds by name.
+  seconds, the steps, every variant's seconds by name, and the fastest
+  variant's command-line arguments (for `_FloorServer`).
   """
   client_examples = []
   for dataset in datasets:
