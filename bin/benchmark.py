@@ -124,6 +124,7 @@ class _Paired:
 
   seconds: float
   cpu_seconds: float
+  floor_seconds: float  # median of the paired floor rounds (one pass)
   ratio: float  # median of seconds / (passes x the floor round before it)
   cpu_ratio: float  # median of CPU-seconds / (passes x that floor round's)
 
@@ -170,9 +171,10 @@ class _FloorServer:
 def _paired(fn, floor: _FloorServer, passes: int, worker_pid: Optional[int]) -> _Paired:
   """Times `fn` after a warm-up, each round right after a floor round."""
   fn()
-  seconds, cpu_seconds, ratios, cpu_ratios = [], [], [], []
+  seconds, cpu_seconds, floor_seconds, ratios, cpu_ratios = [], [], [], [], []
   for _ in range(ROUNDS.value):
     floor_round = floor.round()
+    floor_seconds.append(floor_round['seconds'])
     started, cpu_started = time.monotonic(), _cpu_seconds(worker_pid)
     fn()
     seconds.append(time.monotonic() - started)
@@ -180,7 +182,8 @@ def _paired(fn, floor: _FloorServer, passes: int, worker_pid: Optional[int]) -> 
     ratios.append(seconds[-1] / (passes * floor_round['seconds']))
     cpu_ratios.append(cpu_seconds[-1] / (passes * floor_round['cpu_seconds']))
   median = statistics.median
-  return _Paired(median(seconds), median(cpu_seconds), median(ratios), median(cpu_ratios))
+  return _Paired(median(seconds), median(cpu_seconds), median(floor_seconds), median(ratios),
+                 median(cpu_ratios))
 
 
 # (mode, intra-op threads, inter-op threads; 0: TensorFlow's default).
@@ -417,13 +420,12 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
       task, datasets, lr, loop=tff.learning.LoopImplementation.DATASET_ITERATOR,
       paired_with=paired_with,
   )
-  floor = stock.seconds / stock.ratio  # The floor rounds' median, near enough for the row.
   print(f'stock tff.learning FedAvg: {stock.seconds:.3f} s a round = {stock.ratio:.2f}x the'
         f' floor (CPU {stock.cpu_ratio:.2f}x); composed from client ids {stock_composed:.3f} s;'
         f' with DATASET_ITERATOR loops {stock_iterator.seconds:.3f} s ='
         f' {stock_iterator.ratio:.2f}x (CPU {stock_iterator.cpu_ratio:.2f}x)', flush=True)
-  rows.append(('stock tff.learning FedAvg', stock, (stock_composed, stock_composed / floor),
-               None, None))
+  rows.append(('stock tff.learning FedAvg', stock,
+               (stock_composed, stock_composed / stock.floor_seconds), None, None))
   rows.append(('stock, DATASET_ITERATOR loops', stock_iterator, None, None, None))
   scaling_state, scaling, first_call = None, [], None
   with tempfile.TemporaryDirectory() as store_dir:
@@ -433,7 +435,7 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
       if times.personal_flat is not None and scaling_state is None:
         scaling_state = (name, times.personal_flat)
       paired = times.paired
-      own_floor = paired.seconds / paired.ratio
+      own_floor = _PASSES[name] * paired.floor_seconds
       share = 100 * times.store_seconds / times.with_store_seconds
       rows.append((f'ours: {name}', paired,
                    (times.composed_seconds, times.composed_seconds / own_floor),
