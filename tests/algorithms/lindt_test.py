@@ -16,63 +16,87 @@ MODEL = test_utils.tiny_model_spec(hidden=3)  # Blocks: [hidden], [logits].
 ModelWeights = tff.learning.models.ModelWeights
 
 
+def sigmoid(z):
+  return 1 / (1 + np.exp(-z))
+
+
 def test_attaching_module_numbers():
   g = np.array([[1.0, 2.0], [0.0, 1.0]], np.float32)
   l = np.array([[2.0, 0.0], [1.0, 1.0]], np.float32)
   h = lindt.AttachingModule()([tf.constant(g), tf.constant(l)]).numpy()
   score = np.array([2.0 / (2.0 * np.sqrt(2)), 1.0 / (np.sqrt(2) * np.sqrt(2))])
-  expected = l + (1 / (1 + np.exp(-score)))[:, None] * g
-  np.testing.assert_allclose(h, expected, rtol=1e-6)
+  np.testing.assert_allclose(h, l + sigmoid(score)[:, None] * g, rtol=1e-6)
+  learned = lindt.AttachingModule(learn_offset=True)
+  assert learned([tf.constant(g), tf.constant(l)]).numpy() == pytest.approx(h)  # b starts at 0.
+  learned.offset.assign(-1.5)
+  h = learned([tf.constant(g), tf.constant(l)]).numpy()
+  np.testing.assert_allclose(h, l + sigmoid(score - 1.5)[:, None] * g, rtol=1e-6)
+  assert lindt.AttachingModule().weights == []
 
 
-@pytest.fixture(scope='module', params=[True, False], ids=['attach_logits', 'hidden_only'])
-def attach_logits(request):
-  return request.param
+# (attach_logits, learn_gates): ours by default, the paper's, ours with learned gates.
+ARRANGEMENTS = {'attach_logits': (True, False), 'hidden_only': (False, False),
+                'learned_gates': (True, True)}
+
+
+@pytest.fixture(scope='module', params=list(ARRANGEMENTS))
+def arrangement(request):
+  return ARRANGEMENTS[request.param]
 
 
 @pytest.fixture(scope='module')
-def process(attach_logits):
+def process(arrangement):
+  attach_logits, learn_gates = arrangement
   return lindt.build_lindt(
       MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
-      attach_logits=attach_logits,
+      attach_logits=attach_logits, learn_gates=learn_gates,
   )
 
 
-def attach(g, l):
-  """The attaching module in NumPy: l + sigmoid(<g, l> / (||l|| sqrt(d))) g, per row."""
+def num_gates(arrangement):
+  attach_logits, learn_gates = arrangement
+  return (1 + attach_logits) if learn_gates else 0
+
+
+def attach(g, l, offset=0.0):
+  """The attaching module in NumPy: l + sigmoid(<g, l> / (||l|| sqrt(d)) + b) g, per row."""
   score = np.sum(g * l, axis=1) / (
       np.maximum(np.linalg.norm(l, axis=1), 1e-6) * np.sqrt(l.shape[1])
   )
-  return l + (1 / (1 + np.exp(-score)))[:, None] * g
+  return l + sigmoid(score + offset)[:, None] * g
 
 
-def test_only_the_global_model_is_sent(process):
+def test_only_the_global_model_is_sent(process, arrangement):
   signature = process.next.type_signature
   weights = '<trainable=<float32[2,3],float32[3],float32[3,2],float32[2]>,non_trainable=<>>'
-  assert str(signature.parameter[2]) == '{' + weights + '}@CLIENTS'
+  # v: L's weights, then one scalar gate offset per attaching module if learned.
+  personal = weights.replace('float32[2]>', 'float32[2]' + ',float32' * num_gates(arrangement) + '>')
+  assert str(signature.parameter[2]) == '{' + personal + '}@CLIENTS'
   state = str(signature.result[0])
   assert 'global_model_weights=' + weights in state
   # The personal (local) model appears nowhere in the server state or metrics.
-  assert str(signature.result[1]) == '{' + weights + '}@CLIENTS'
+  assert str(signature.result[1]) == '{' + personal + '}@CLIENTS'
 
 
-def reference_step(w, v, x, y, attach_logits):
+def reference_step(w, v, x, y, arrangement):
   """One SGD step of the dual loss, written from the formulas directly."""
+  attach_logits, learn_gates = arrangement
   w = [tf.Variable(p, dtype=tf.float64) for p in w]
   v = [tf.Variable(p, dtype=tf.float64) for p in v]
+  offsets = v[4:] if learn_gates else [0.0, 0.0]
   x = tf.constant(x, tf.float64)
   with tf.GradientTape() as tape:
     g1 = tf.nn.relu(x @ w[0] + w[1])
     l1 = tf.nn.relu(x @ v[0] + v[1])
     norm = tf.sqrt(tf.maximum(tf.reduce_sum(l1 * l1, axis=1), 1e-12))  # Floored.
     score = tf.reduce_sum(g1 * l1, axis=1) / (norm * np.sqrt(3.0))
-    h = l1 + tf.sigmoid(score)[:, None] * g1
+    h = l1 + tf.sigmoid(score + offsets[0])[:, None] * g1
     global_logits = g1 @ w[2] + w[3]
     local_logits = h @ v[2] + v[3]
     if attach_logits:  # The same module on the logits (2 classes).
       norm = tf.sqrt(tf.maximum(tf.reduce_sum(local_logits**2, axis=1), 1e-12))
       score = tf.reduce_sum(global_logits * local_logits, axis=1) / (norm * np.sqrt(2.0))
-      local_logits = local_logits + tf.sigmoid(score)[:, None] * global_logits
+      local_logits = local_logits + tf.sigmoid(score + offsets[1])[:, None] * global_logits
     ce = lambda logits: tf.reduce_mean(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
     )
@@ -82,37 +106,57 @@ def reference_step(w, v, x, y, attach_logits):
   return [t.numpy() for t in new[:4]], [t.numpy() for t in new[4:]]
 
 
-def test_one_round_matches_the_formulas(process, attach_logits):
+def local_weights(w, arrangement, seed):
+  """A client's v: L near G, and gate offsets away from 0 (if learned)."""
+  rng = np.random.default_rng(seed)
+  v = [p + rng.normal(scale=0.3, size=p.shape).astype(np.float32) for p in w]
+  return v + [np.float32(b) for b in (0.4, -0.7)[:num_gates(arrangement)]]
+
+
+def test_one_round_matches_the_formulas(process, arrangement):
   state = process.initialize()
   w = process.get_model_weights(state).trainable
-  rng = np.random.default_rng(3)
-  v = [p + rng.normal(scale=0.3, size=p.shape).astype(np.float32) for p in w]
+  v = local_weights(w, arrangement, seed=3)
   (x, y), = client_batches(4, [5])
   output = run_next(
       process, state, [batches_dataset([(x, y)])],
       [ModelWeights(trainable=v, non_trainable=[])],
   )
-  expected_w, expected_v = reference_step(w, v, x, y, attach_logits)
+  expected_w, expected_v = reference_step(w, v, x, y, arrangement)
   for actual, expected in zip(process.get_model_weights(output.state).trainable, expected_w):
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
+  assert len(output.personal_states[0].trainable) == len(expected_v)
   for actual, expected in zip(output.personal_states[0].trainable, expected_v):
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
+  if num_gates(arrangement):  # The offsets moved: they are trained.
+    assert all(abs(b - b0) > 1e-6 for b, b0 in zip(expected_v[4:], v[4:]))
   assert output.metrics['client_work']['train']['num_examples'] == 5
 
 
-def test_evaluate_predicts_with_the_local_logits(process, attach_logits):
+def test_a_new_client_starts_from_the_global_model_and_open_gates(process, arrangement):
+  weights = process.get_model_weights(process.initialize())
+  start = process.initial_personal_state('new', weights)
+  assert len(start.trainable) == 4 + num_gates(arrangement)
+  for a, b in zip(start.trainable, weights.trainable):
+    np.testing.assert_array_equal(a, b)
+  assert [float(b) for b in start.trainable[4:]] == [0.0] * num_gates(arrangement)
+
+
+def test_evaluate_predicts_with_the_local_logits(process, arrangement):
+  attach_logits, _ = arrangement
   weights = process.get_model_weights(process.initialize())
   w = weights.trainable
-  v = [p * 0.5 + 0.1 for p in w]
+  v = [p * 0.5 + 0.1 for p in w] + [np.float32(b) for b in (0.4, -0.7)[:num_gates(arrangement)]]
+  offsets = v[4:] if num_gates(arrangement) else [0.0, 0.0]
   (x, y), = client_batches(8, [6])
   result, = process.evaluate(
       weights, [batches_dataset([(x, y)])], [ModelWeights(trainable=v, non_trainable=[])]
   )
   g1 = np.maximum(x @ w[0] + w[1], 0)
   l1 = np.maximum(x @ v[0] + v[1], 0)
-  logits = attach(g1, l1) @ v[2] + v[3]
+  logits = attach(g1, l1, offsets[0]) @ v[2] + v[3]
   if attach_logits:
-    logits = attach(g1 @ w[2] + w[3], logits)
+    logits = attach(g1 @ w[2] + w[3], logits, offsets[1])
   assert result['sparse_categorical_accuracy'] == pytest.approx(
       np.mean(np.argmax(logits, axis=1) == y)
   )
@@ -128,11 +172,12 @@ def test_a_model_with_skip_connections_across_blocks_is_refused():
     lindt.build_lindt(test_utils.tiny_model_spec(), client_learning_rate=0.1)
 
 
-def on_detection_process(stop, threshold):
+def on_detection_process(stop, threshold, learn_gates=False):
   from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
 
   return lindt.build_lindt(
       MODEL, client_learning_rate=LEARNING_RATE, mode='on_detection', stop=stop,
+      learn_gates=learn_gates,
       server=shared_model.ServerOptions(
           seed=6,
           nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=threshold),
@@ -182,6 +227,21 @@ def test_after_the_flag_dual_training_and_its_stop(flagging_processes, stop, exp
     state, personal = output.state, list(output.personal_states)
     dual_rounds.append(int(personal[0]['dual_rounds']))
   assert dual_rounds == [0, 1, expected_dual_rounds]
+
+
+def test_learned_gates_stay_at_zero_until_the_first_dual_round():
+  process = on_detection_process('persist', 0.0, learn_gates=True)
+  state = process.initialize()
+  personal = [process.initial_personal_state('a', process.get_model_weights(state))]
+  offsets = []
+  for round_num in range(2):
+    output = run_next(
+        process, state, [batches_dataset(client_batches(round_num, [4, 3]))], personal
+    )
+    state, personal = output.state, list(output.personal_states)
+    offsets.append([float(b) for b in personal[0]['model'].trainable[4:]])
+  assert offsets[0] == [0.0, 0.0]  # FedAvg round: L follows G, gates untouched.
+  assert all(b != 0.0 for b in offsets[1])  # The dual round trained them.
 
 
 def test_clients_without_a_dual_round_are_evaluated_with_the_global_model(flagging_processes):

@@ -29,6 +29,14 @@ with (label-IID +0.086 -> +0.126, but default +0.027 -> -0.003: G's logits
 pull a non-IID client's L towards the wrong classes). `attach_logits=False`
 is the arrangement as the paper and the issue state it.
 
+A second change (`learn_gates`, off by default): each attaching module's
+gate becomes sigmoid(score + b_m), b_m a scalar per module and client,
+initialized to 0 and trained with v (a personal weight, never sent). With
+the paper's gate a representation orthogonal to L's still enters at
+sigmoid(0) = 1/2, and after a ReLU the angle is at most 90 degrees, so the
+gate cannot go loose; b_m lets each client learn how much of G to take at
+each layer, as APFL learns its mixing weight.
+
 Client loss: CE(G's logits) + CE(L's logits); one SGD step
 per batch updates w and v on it (L's loss reaches w through the attaching
 modules); only w's update leaves the client, as in FedAvg. The client
@@ -69,7 +77,19 @@ STOPS = ('persist', 'after_one_round')
 
 
 class AttachingModule(tf.keras.layers.Layer):
-  """h = L + sigmoid(<G, L> / (||L|| sqrt(d))) * G, per example (no weights)."""
+  """h = L + sigmoid(<G, L> / (||L|| sqrt(d)) + b) * G, per example.
+
+  b is 0 and no weight unless `learn_offset`: then a trainable scalar
+  (initialized to 0), one of the client's personal weights.
+  """
+
+  def __init__(self, learn_offset: bool = False, **kwargs):
+    super().__init__(**kwargs)
+    self.learn_offset = learn_offset
+
+  def build(self, input_shape):
+    if self.learn_offset:
+      self.offset = self.add_weight(name='offset', shape=[], initializer='zeros')
 
   def call(self, inputs):
     global_activation, local_activation = inputs
@@ -80,6 +100,8 @@ class AttachingModule(tf.keras.layers.Layer):
     # a ReLU zeroes L; the numerator is then 0 too.
     local_norm = tf.sqrt(tf.maximum(tf.reduce_sum(tf.square(flat_local), axis=1), 1e-12))
     score = tf.reduce_sum(flat_global * flat_local, axis=1) / (local_norm * tf.sqrt(size))
+    if self.learn_offset:
+      score += self.offset
     gate = tf.sigmoid(score)
     gate = tf.reshape(gate, [-1] + [1] * (len(local_activation.shape) - 1))
     return local_activation + gate * global_activation
@@ -141,7 +163,8 @@ def check_chain(model_spec: base.ModelSpec) -> None:
 class DualModel:
   """G, L and the Keras dual model over their layers."""
 
-  def __init__(self, model_spec: base.ModelSpec, attach_logits: bool = True):
+  def __init__(self, model_spec: base.ModelSpec, attach_logits: bool = True,
+               learn_gates: bool = False):
     self.global_model = model_spec.build()
     self.local_model = model_spec.build()
     local_layers = {layer.name: layer for layer in self.local_model.layers}
@@ -152,15 +175,25 @@ class DualModel:
     )
     global_h, local_h = inputs, inputs
     last = len(model_spec.blocks) - 1
+    self.attaching_modules = []
     for index, block in enumerate(model_spec.blocks):
       for name in block:
         global_h = self.global_model.get_layer(name)(global_h)
         local_h = local_layers[name](local_h)
       if index < last or attach_logits:
-        local_h = AttachingModule(name=f'attach_{index + 1}')([global_h, local_h])
+        self.attaching_modules.append(
+            AttachingModule(learn_gates, name=f'attach_{index + 1}')
+        )
+        local_h = self.attaching_modules[-1]([global_h, local_h])
     self.dual = tf.keras.Model(inputs, [global_h, local_h])
     self.selector = LogitsSelector(name='select_logits')
     self.predictor = tf.keras.Model(inputs, self.selector([global_h, local_h]))
+    # v: L's weights, then the learned gate offsets (if any).
+    self.personal_weights = ModelWeights(
+        trainable=list(self.local_model.trainable_weights)
+        + [module.offset for module in self.attaching_modules if module.learn_offset],
+        non_trainable=list(self.local_model.non_trainable_weights),
+    )
 
   def predictor_arrangement(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """Where each predictor weight comes from, trainable and not:
@@ -174,16 +207,16 @@ class DualModel:
 
     return (
         arrange(self.predictor.trainable_weights, self.global_model.trainable_weights,
-                self.local_model.trainable_weights, []),
+                self.personal_weights.trainable, []),
         arrange(self.predictor.non_trainable_weights, self.global_model.non_trainable_weights,
-                self.local_model.non_trainable_weights, [self.selector.use_local]),
+                self.personal_weights.non_trainable, [self.selector.use_local]),
     )
 
 
 def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: str,
-                        stop: str, attach_logits: bool = True):
+                        stop: str, attach_logits: bool = True, learn_gates: bool = False):
   """The client's round (module docstring) as a `tf.function`."""
-  models = DualModel(model_spec, attach_logits)
+  models = DualModel(model_spec, attach_logits, learn_gates)
   loss_fn = model_spec.loss()
   # G's training metrics, as FedAvg reports them, over G's own layers.
   metrics_model = tff.learning.models.from_keras_model(
@@ -191,10 +224,8 @@ def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: 
       metrics=model_spec.metrics(),
   )
   global_vars = ModelWeights.from_model(metrics_model)
-  local_vars = ModelWeights(
-      trainable=models.local_model.trainable_weights,
-      non_trainable=models.local_model.non_trainable_weights,
-  )
+  local_vars = models.personal_weights
+  num_offsets = len(local_vars.trainable) - len(models.local_model.trainable_weights)
   trainable = list(global_vars.trainable) + list(local_vars.trainable)
 
   def assign(variables, values):
@@ -242,10 +273,11 @@ def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: 
     assign(global_vars, global_weights)
     dual_rounds = personal_state['dual_rounds']
     before_dual = tf.equal(dual_rounds, 0)
-    # Until its first dual round, a client's L follows the global model.
+    # Until its first dual round, a client's L follows the global model
+    # (and its gate offsets stay 0).
     assign(local_vars, tf.nest.map_structure(
         lambda local, global_: tf.where(before_dual, global_, local),
-        personal_state['model'], global_weights,
+        personal_state['model'], with_zero_offsets(global_weights, num_offsets),
     ))
     train_dual = tf.logical_and(
         tf.greater(nfl_flag, 0), tf.logical_or(stop == 'persist', before_dual)
@@ -263,10 +295,19 @@ def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: 
   return client_update_on_detection
 
 
-def predictor_spec(model_spec: base.ModelSpec, attach_logits: bool = True) -> base.ModelSpec:
+def with_zero_offsets(weights: ModelWeights, num_offsets: int) -> ModelWeights:
+  """v of a client whose L is `weights` and whose gate offsets are 0."""
+  return ModelWeights(
+      trainable=list(weights.trainable) + [np.float32(0.0)] * num_offsets,
+      non_trainable=list(weights.non_trainable),
+  )
+
+
+def predictor_spec(model_spec: base.ModelSpec, attach_logits: bool = True,
+                   learn_gates: bool = False) -> base.ModelSpec:
   """A ModelSpec whose model is the dual model's L output (for evaluation)."""
   return base.ModelSpec(
-      build=lambda: DualModel(model_spec, attach_logits).predictor,
+      build=lambda: DualModel(model_spec, attach_logits, learn_gates).predictor,
       blocks=model_spec.blocks,
       loss=model_spec.loss,
       metrics=model_spec.metrics,
@@ -282,6 +323,7 @@ def build_lindt(
     mode: str = 'always',
     stop: str = 'persist',
     attach_logits: bool = True,
+    learn_gates: bool = False,
 ) -> process_lib.PersonalizedProcess:
   """Builds LINDT's dual model; see the module docstring.
 
@@ -292,6 +334,8 @@ def build_lindt(
     mode: 'always' or 'on_detection' (needs `server.nfl_detector`).
     stop: on detection, 'persist' or 'after_one_round'.
     attach_logits: an attaching module on the logits too (module docstring).
+    learn_gates: each attaching module's gate gets a learned personal offset
+      (module docstring).
 
   Raises:
     ValueError: if the model has no place for attaching modules, or for an
@@ -304,7 +348,11 @@ def build_lindt(
   check_chain(model)
   initial_weights = model.initial_weights(server.seed)
   with tf.Graph().as_default():
-    trainable_order, non_trainable_order = DualModel(model, attach_logits).predictor_arrangement()
+    dual_model = DualModel(model, attach_logits, learn_gates)
+    trainable_order, non_trainable_order = dual_model.predictor_arrangement()
+    num_offsets = len(dual_model.personal_weights.trainable) - len(
+        dual_model.local_model.trainable_weights
+    )
 
   def assemble(global_weights, personal_state):
     """(W, v, use_local) in the predictor's weight order."""
@@ -323,10 +371,12 @@ def build_lindt(
     )
 
   if mode == 'always':
-    new_client_state = lambda client_id, global_weights: global_weights
+    new_client_state = lambda client_id, global_weights: with_zero_offsets(
+        global_weights, num_offsets
+    )
   else:
     new_client_state = lambda client_id, global_weights: collections.OrderedDict(
-        model=global_weights, dual_rounds=np.int32(0)
+        model=with_zero_offsets(global_weights, num_offsets), dual_rounds=np.int32(0)
     )
 
   return shared_model.build_process(
@@ -334,11 +384,11 @@ def build_lindt(
       initial_shared_weights=initial_weights,
       personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
       client_update_fn=lambda: build_client_update(
-          model, client_learning_rate, mode, stop, attach_logits
+          model, client_learning_rate, mode, stop, attach_logits, learn_gates
       ),
       assemble_fn=assemble,
       initial_personal_state_fn=new_client_state,
       server=server,
-      evaluation_model=predictor_spec(model, attach_logits),
+      evaluation_model=predictor_spec(model, attach_logits, learn_gates),
       client_takes_nfl_flag=mode == 'on_detection',
   )

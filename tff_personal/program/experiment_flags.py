@@ -122,6 +122,12 @@ LINDT_ATTACH_LOGITS = flags.DEFINE_bool(
     " G's; our change, algorithms/lindt.py says what it measured); False: only"
     ' between hidden blocks, as the paper.',
 )
+LINDT_LEARN_GATES = flags.DEFINE_bool(
+    'lindt_learn_gates', False,
+    "LINDT: each attaching module's gate is sigmoid(score + b), b a personal"
+    ' scalar learned with the local model (our change; algorithms/lindt.py);'
+    " False: the paper's sigmoid(score).",
+)
 
 # APFL (Deng, Kamani, Mahdavi 2020).
 APFL_ALPHA = flags.DEFINE_float(
@@ -344,7 +350,8 @@ _RUN_FLAGS = (
     FEDPROX_MU, AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
     AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
-    DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
+    DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, LINDT_LEARN_GATES,
+    APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
     APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA, NFL_DETECTION,
     NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, FINETUNE_EPOCHS,
@@ -416,6 +423,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       lindt_mode=LINDT_MODE.value,
       lindt_stop=LINDT_STOP.value,
       lindt_attach_logits=LINDT_ATTACH_LOGITS.value,
+      lindt_learn_gates=LINDT_LEARN_GATES.value,
       apfl_alpha=APFL_ALPHA.value,
       apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
       apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,

@@ -62,6 +62,7 @@ COLUMNS = {
     'fedavg+ft': 'FB (fine-tuning)',
     'apfl': 'APFL',
     'lindt': 'LINDT',
+    'lindt_gates': 'LINDT, learned gates',
     'lindt_detect': 'LINDT on detection',
 }
 
