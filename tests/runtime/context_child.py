@@ -1,9 +1,11 @@
 """A run for context_test.py: starts the TFF context, computes, then ends as told.
 
-Usage: context_child.py exit|raise|wait
+Usage: context_child.py exit|raise|wait|swallow
 Prints `READY <worker pid>` once a computation has run on the worker, then
 (modes exit and raise) waits for its stdin to close, so that the test can look
-at the worker before the run ends.
+at the worker before the run ends. swallow: a loop that spends its time in
+`__del__`, where a signal handler's SystemExit is ignored, and calls
+`context.raise_if_terminated` between iterations, as the training loop does.
 """
 
 import os
@@ -16,6 +18,12 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
+
+
+class _SlowToDelete:
+
+  def __del__(self):
+    time.sleep(1.0)  # A signal now lands here, and its SystemExit is ignored.
 
 
 def main(mode: str) -> None:
@@ -33,6 +41,11 @@ def main(mode: str) -> None:
     raise RuntimeError('the run failed')
   if mode == 'wait':
     time.sleep(600)
+  if mode == 'swallow':
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+      _SlowToDelete()  # Deleted at once.
+      context.raise_if_terminated()
 
 
 if __name__ == '__main__':

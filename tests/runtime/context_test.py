@@ -91,3 +91,14 @@ def test_no_worker_survives_the_run(mode, signum, expected_returncode):
   else:  # KeyboardInterrupt: Python exits by SIGINT or with code 130/1.
     assert run.returncode in (-signal.SIGINT, 130, 1), stderr
   assert wait_until_gone(children) == set()
+
+
+def test_a_sigterm_landing_in_a_destructor_still_ends_the_loop():
+  """Python ignores a SystemExit raised in __del__; the loop must still end."""
+  run, _, children = start_run('swallow')
+  time.sleep(0.3)
+  run.send_signal(signal.SIGTERM)
+  _, stderr = run.communicate(timeout=60)
+  assert 'Exception ignored' in stderr  # The handler's SystemExit was swallowed...
+  assert run.returncode == 128 + signal.SIGTERM, stderr  # ...and the run ended anyway.
+  assert wait_until_gone(children) == set()

@@ -37,6 +37,7 @@ from tff_personal.program import checkpoints as checkpoints_lib
 from tff_personal.program import outputs
 from tff_personal.program import sampling
 from tff_personal.runtime import client_keys
+from tff_personal.runtime import context
 from tff_personal.tasks import base
 
 
@@ -254,11 +255,13 @@ def run_training(
   last_eval_summary = _last_eval_summary(metrics_csv)
   round_times = []
   for round_num in range(start_round + 1, config.total_rounds + 1):
+    context.raise_if_terminated()  # A signal whose SystemExit was swallowed.
     started = time.monotonic()
     state, row = _train_round(
         task, process, keyed.next, state, personal, population, client_index, threat,
         round_num, config,
     )
+    context.raise_if_terminated()
     row['round_seconds'] = time.monotonic() - started
     row.update(_privacy_metrics(config, len(population), round_num))
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:

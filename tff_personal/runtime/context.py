@@ -164,9 +164,27 @@ _worker: Optional[WorkerProcess] = None
 _handlers_installed = False
 
 
+_termination_signal: Optional[int] = None
+
+
 def _raise_system_exit(signum, frame):
+  global _termination_signal
   del frame  # Unused.
+  _termination_signal = signum
   raise SystemExit(128 + signum)
+
+
+def raise_if_terminated() -> None:
+  """Raises SystemExit(128 + signal) if SIGTERM or SIGHUP arrived before.
+
+  Python runs a signal handler in whatever the main thread is doing; when
+  that is an object's `__del__` (TensorFlow's functions have them), the
+  handler's SystemExit is printed as "Exception ignored" and the program
+  goes on. Long loops call this between steps so that the signal still ends
+  them (seen: a SIGTERM'd training run that kept training).
+  """
+  if _termination_signal is not None:
+    raise SystemExit(128 + _termination_signal)
 
 
 def _install_exit_handlers() -> None:
