@@ -167,24 +167,31 @@ _handlers_installed = False
 _termination_signal: Optional[int] = None
 
 
-def _raise_system_exit(signum, frame):
+def _termination_error(signum: int) -> BaseException:
+  if signum == signal.SIGINT:
+    return KeyboardInterrupt()
+  return SystemExit(128 + signum)
+
+
+def _raise_on_signal(signum, frame):
   global _termination_signal
   del frame  # Unused.
   _termination_signal = signum
-  raise SystemExit(128 + signum)
+  raise _termination_error(signum)
 
 
 def raise_if_terminated() -> None:
-  """Raises SystemExit(128 + signal) if SIGTERM or SIGHUP arrived before.
+  """Raises again the exit of a SIGTERM, SIGHUP or SIGINT that arrived before.
 
   Python runs a signal handler in whatever the main thread is doing; when
   that is an object's `__del__` (TensorFlow's functions have them), the
-  handler's SystemExit is printed as "Exception ignored" and the program
-  goes on. Long loops call this between steps so that the signal still ends
-  them (seen: a SIGTERM'd training run that kept training).
+  handler's SystemExit (KeyboardInterrupt for SIGINT) is printed as
+  "Exception ignored" and the program goes on. Long loops call this between
+  steps so that the signal still ends them (seen: a SIGTERM'd training run
+  that kept training).
   """
   if _termination_signal is not None:
-    raise SystemExit(128 + _termination_signal)
+    raise _termination_error(_termination_signal)
 
 
 def _install_exit_handlers() -> None:
@@ -195,7 +202,9 @@ def _install_exit_handlers() -> None:
   if threading.current_thread() is threading.main_thread():
     for signum in (signal.SIGTERM, signal.SIGHUP):
       if signal.getsignal(signum) in (signal.SIG_DFL, None):
-        signal.signal(signum, _raise_system_exit)
+        signal.signal(signum, _raise_on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+      signal.signal(signal.SIGINT, _raise_on_signal)  # Still KeyboardInterrupt.
   _handlers_installed = True
 
 
