@@ -165,6 +165,31 @@ def test_evaluate_predicts_with_the_local_logits(process, arrangement):
   assert result['loss'] == pytest.approx(-np.mean(log_p[np.arange(len(y)), y]), rel=1e-5)
 
 
+def test_intertwinement_statistics(arrangement):
+  attach_logits, learn_gates = arrangement
+  models = lindt.DualModel(MODEL, attach_logits, learn_gates)
+  rng = np.random.default_rng(5)
+  w = [rng.normal(size=p.shape).astype(np.float32) for p in models.global_model.get_weights()]
+  v = [rng.normal(size=p.shape).astype(np.float32) for p in models.local_model.get_weights()]
+  models.global_model.set_weights(w)
+  models.local_model.set_weights(v)
+  offsets = [np.float32(b) for b in (0.4, -0.7)[:num_gates(arrangement)]]
+  for module, b in zip(models.attaching_modules, offsets):
+    module.offset.assign(b)
+  offsets = offsets or [0.0, 0.0]
+  (x, _), = client_batches(2, [6])
+  g1, l1 = np.maximum(x @ w[0] + w[1], 0), np.maximum(x @ v[0] + v[1], 0)
+  norm = lambda h: np.linalg.norm(h, axis=1)
+  gate = lambda g, l, b: sigmoid(
+      np.sum(g * l, axis=1) / (np.maximum(norm(l), 1e-6) * np.sqrt(l.shape[1])) + b
+  )
+  expected = [(np.mean(gate(g1, l1, offsets[0])), np.mean(norm(g1)) / np.mean(norm(l1)))]
+  if attach_logits:
+    g2, l2 = g1 @ w[2] + w[3], attach(g1, l1, offsets[0]) @ v[2] + v[3]
+    expected.append((np.mean(gate(g2, l2, offsets[1])), np.mean(norm(g2)) / np.mean(norm(l2))))
+  np.testing.assert_allclose(models.intertwinement(x), expected, rtol=1e-5)
+
+
 def test_a_model_with_skip_connections_across_blocks_is_refused():
   with pytest.raises(ValueError, match='no place for attaching modules'):
     lindt.build_lindt(cifar100.resnet_spec(), client_learning_rate=0.1)

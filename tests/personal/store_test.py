@@ -68,6 +68,20 @@ def test_read_returns_none_for_unseen_clients_and_newest_version(tmp_path):
   assert a[0][0, 0] == 1.0 and b is None
 
 
+def test_client_ids_lists_every_client_with_a_state_once(tmp_path):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'))
+  assert store.client_ids() == []
+  store.write(1, {'b': state(1.0)})
+  store.write(2, {'b': state(2.0), 'a': state(3.0)})
+  assert store.client_ids() == ['a', 'b']  # Pending or committed alike.
+  store.flush()
+  assert store.client_ids() == ['a', 'b']
+  store.close()
+  assert store_lib.ClientStateStore(str(tmp_path / 's.sqlite'), create=False).client_ids() == [
+      'a', 'b'
+  ]
+
+
 def test_checkpoint_keeps_one_row_per_client(tmp_path):
   path = str(tmp_path / 's.sqlite')
   store = store_lib.ClientStateStore(path)

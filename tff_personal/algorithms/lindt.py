@@ -91,8 +91,8 @@ class AttachingModule(tf.keras.layers.Layer):
     if self.learn_offset:
       self.offset = self.add_weight(name='offset', shape=[], initializer='zeros')
 
-  def call(self, inputs):
-    global_activation, local_activation = inputs
+  def gate(self, global_activation, local_activation):
+    """sigmoid(score (+ b)), one per example."""
     flat_global = tf.reshape(global_activation, [tf.shape(global_activation)[0], -1])
     flat_local = tf.reshape(local_activation, [tf.shape(local_activation)[0], -1])
     size = tf.cast(tf.shape(flat_local)[1], flat_local.dtype)
@@ -102,7 +102,11 @@ class AttachingModule(tf.keras.layers.Layer):
     score = tf.reduce_sum(flat_global * flat_local, axis=1) / (local_norm * tf.sqrt(size))
     if self.learn_offset:
       score += self.offset
-    gate = tf.sigmoid(score)
+    return tf.sigmoid(score)
+
+  def call(self, inputs):
+    global_activation, local_activation = inputs
+    gate = self.gate(global_activation, local_activation)
     gate = tf.reshape(gate, [-1] + [1] * (len(local_activation.shape) - 1))
     return local_activation + gate * global_activation
 
@@ -175,7 +179,7 @@ class DualModel:
     )
     global_h, local_h = inputs, inputs
     last = len(model_spec.blocks) - 1
-    self.attaching_modules = []
+    self.attaching_modules, attached = [], []
     for index, block in enumerate(model_spec.blocks):
       for name in block:
         global_h = self.global_model.get_layer(name)(global_h)
@@ -184,8 +188,11 @@ class DualModel:
         self.attaching_modules.append(
             AttachingModule(learn_gates, name=f'attach_{index + 1}')
         )
+        attached.append((global_h, local_h))
         local_h = self.attaching_modules[-1]([global_h, local_h])
     self.dual = tf.keras.Model(inputs, [global_h, local_h])
+    # (G^m, L^m) at each attaching module, for `intertwinement`.
+    self.attached = tf.keras.Model(inputs, attached)
     self.selector = LogitsSelector(name='select_logits')
     self.predictor = tf.keras.Model(inputs, self.selector([global_h, local_h]))
     # v: L's weights, then the learned gate offsets (if any).
@@ -194,6 +201,16 @@ class DualModel:
         + [module.offset for module in self.attaching_modules if module.learn_offset],
         non_trainable=list(self.local_model.non_trainable_weights),
     )
+
+  def intertwinement(self, x) -> list[tuple[float, float]]:
+    """Per attaching module over the examples x: the mean gate, and the mean
+    ||G^m|| over the mean ||L^m|| (how much of G enters L, and how large)."""
+    result = []
+    for module, (global_h, local_h) in zip(self.attaching_modules, self.attached(x)):
+      norm = lambda h: tf.reduce_mean(tf.norm(tf.reshape(h, [tf.shape(h)[0], -1]), axis=1))
+      result.append((float(tf.reduce_mean(module.gate(global_h, local_h))),
+                     float(norm(global_h) / norm(local_h))))
+    return result
 
   def predictor_arrangement(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """Where each predictor weight comes from, trainable and not:

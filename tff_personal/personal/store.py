@@ -200,6 +200,17 @@ class ClientStateStore:
       self._queue.join()
     self._raise_if_a_write_failed()
 
+  def client_ids(self) -> list[str]:
+    """Every client with a state (committed or pending), sorted."""
+    self._raise_if_a_write_failed()
+    with self._pending_lock:
+      ids = {c for c, rounds in self._pending.items() if rounds}
+    with self._lock:
+      ids.update(row[0] for row in self._connection.execute(
+          'SELECT DISTINCT client_id FROM personal_states;'
+      ))
+    return sorted(ids)
+
   def read(
       self, client_ids: Sequence[str], *, before_round: Optional[int] = None
   ) -> list[Optional[FlatState]]:

@@ -1,0 +1,103 @@
+"""How much of the global model enters each LINDT client's local model.
+
+  bin/lindt_gates.py --flagfile=output/nfl_table/fmnist__default__lindt/flags.txt
+
+Reads a LINDT run's last checkpoint (the global model G) and its stored
+personal states (each client's L and, with --lindt_learn_gates, its gate
+offsets), and prints per attaching module, over the clients that have
+trained their L and their first --gate_examples test examples: the mean gate
+sigmoid(score (+ b)) and ||G^m|| / ||L^m|| (`lindt.DualModel.intertwinement`),
+the mean and the range over clients.
+Takes the run's flags (its flags.txt); exit code 2 with one line on bad input.
+"""
+
+import os
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags  # pylint: disable=g-import-not-at-top
+# TensorFlow before app.run (bin/train.py says why).
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+from tff_personal.algorithms import lindt  # pylint: disable=g-import-not-at-top
+from tff_personal.personal import store as store_lib  # pylint: disable=g-import-not-at-top
+from tff_personal.program import checkpoints as checkpoints_lib  # pylint: disable=g-import-not-at-top
+from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
+
+GATE_EXAMPLES = flags.DEFINE_integer(
+    'gate_examples', 200, "Test examples per client (the first ones).", lower_bound=1
+)
+
+ModelWeights = tff.learning.models.ModelWeights
+
+
+def _load(task, process, experiment):
+  """(G's weights, [(client id, personal state)]) of the run's last round."""
+  checkpoints = checkpoints_lib.CheckpointManager(experiment.checkpoint_dir)
+  no_store = store_lib.StoreFingerprint(0, 0, 0).as_array()
+  loaded = checkpoints.load_latest(
+      checkpoints_lib.program_state(0, process.initialize(), no_store, 0.0)
+  )
+  if loaded is None:
+    raise ef.UsageError(f'{experiment.checkpoint_dir} has no checkpoint (not a finished run?).')
+  weights = process.get_model_weights(loaded['server_state'])
+  store = store_lib.ClientStateStore(experiment.store_path, create=False, write_behind=False)
+  try:
+    client_ids = store.client_ids()
+    flat_states = store.read(client_ids)
+  finally:
+    store.close()
+  template = process.initial_personal_state('', weights)
+  return weights, [(c, tf.nest.pack_sequence_as(template, f))
+                   for c, f in zip(client_ids, flat_states)]
+
+
+def main(argv):
+  if len(argv) > 1:
+    ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
+  with ef.exit_on_errors():
+    if ef.ALGORITHM.value != 'lindt':
+      raise ef.UsageError(
+          f'--algorithm={ef.ALGORITHM.value}: not a LINDT run (pass its flags.txt).'
+      )
+    experiment = ef.experiment_dir()
+    task = ef.build_task(check_sampling=False)
+    ef.install_context()
+    weights, states = _load(task, ef.build_algorithm(task), experiment)
+  models = lindt.DualModel(task.model, ef.LINDT_ATTACH_LOGITS.value, ef.LINDT_LEARN_GATES.value)
+  weights.assign_weights_to(models.global_model)
+  num_local = len(models.local_model.trainable_weights)
+  per_client = []
+  for client_id, state in states:
+    if isinstance(state, dict):  # on_detection: <model, dual_rounds>.
+      if int(state['dual_rounds']) == 0:
+        continue  # This client predicts with G: no L to look at.
+      state = state['model']
+    ModelWeights(
+        trainable=list(state.trainable)[:num_local], non_trainable=list(state.non_trainable)
+    ).assign_weights_to(models.local_model)
+    for module, offset in zip(models.attaching_modules, list(state.trainable)[num_local:]):
+      module.offset.assign(offset)
+    x = np.concatenate([
+        np.asarray(batch[0]) for batch in task.test_dataset(client_id, batch_size=GATE_EXAMPLES.value)
+    ])[:GATE_EXAMPLES.value]
+    per_client.append(models.intertwinement(x))
+  if not per_client:
+    ef.exit_with_error(f'no client of {experiment.path} has trained its local model.')
+  stats = np.array(per_client)  # [clients, modules, (gate, norm ratio)]
+  print(f'{experiment.path}: {len(per_client)} clients, up to {GATE_EXAMPLES.value} test'
+        ' examples each; mean [min, max] over clients')
+  print('| module | after block | gate | ||G|| / ||L|| |')
+  print('|---|---|---|---|')
+  for m, module in enumerate(models.attaching_modules):
+    gate, ratio = stats[:, m, 0], stats[:, m, 1]
+    print(f'| {module.name} | {", ".join(task.model.blocks[m])} |'
+          f' {gate.mean():.3f} [{gate.min():.3f}, {gate.max():.3f}] |'
+          f' {ratio.mean():.3f} [{ratio.min():.3f}, {ratio.max():.3f}] |')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=ef.parse_flags_or_exit)
