@@ -25,6 +25,8 @@ Prints, on the same clients' data and the same model:
   computation composed in front of the round
   (`Task.train_dataset_computation`), the clients reading their examples
   where they run;
+* the time to move the round's personal states into TFF's runtime and back
+  (an identity over {P}@CLIENTS), the transport part of a round;
 * the round as the program runs it, with the personal state store in the
   loop (read the clients' states, `next`, write them back behind the next
   round), and the share of that round spent in store calls;
@@ -321,8 +323,27 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
     store.close()
   flat = _flat(holder['personal'][0])
   personal_flat = flat if process.has_personal_state else None
+  transport_seconds = (
+      _transport_seconds(process, holder['personal']) if process.has_personal_state else 0.0
+  )
   return _OurTimes(paired, composed_seconds, with_store_seconds, store_seconds,
-                   first_call, personal_flat)
+                   first_call, personal_flat, transport_seconds)
+
+
+def _transport_seconds(process, personal_states) -> float:
+  """Median seconds to move the round's personal states into TFF's runtime and
+  back out (`next`'s {P}@CLIENTS through an identity, nothing else)."""
+  personal_type = process.next.type_signature.parameter[2].member
+
+  @tff.tensorflow.computation(personal_type)
+  def identity(state):
+    return state
+
+  @tff.federated_computation(tff.FederatedType(personal_type, tff.CLIENTS))
+  def round_trip(states):
+    return tff.federated_map(identity, states)
+
+  return _median_seconds(lambda: round_trip(personal_states), ROUNDS.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,6 +354,7 @@ class _OurTimes:
   store_seconds: float  # The store calls of that round (read + write, write-behind).
   first_call: float  # Trace + first round.
   personal_flat: Optional[list]  # A client's personal state, flat; None without one.
+  transport_seconds: float  # The round's personal states into the runtime and back.
 
 
 def _flat(structure) -> list:
@@ -446,6 +468,8 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
           f' {paired.cpu_ratio:.2f}x); composed from client ids {times.composed_seconds:.3f} s;'
           f' with the personal state store in the loop {times.with_store_seconds:.3f} s, of'
           f' which store calls {times.store_seconds * 1000:.1f} ms ({share:.1f}%);'
+          f' personal states into the runtime and back {times.transport_seconds:.3f} s'
+          f' ({100 * times.transport_seconds / paired.seconds:.1f}% of the round);'
           f' first call (trace + run) {times.first_call:.1f} s',
           flush=True,
       )

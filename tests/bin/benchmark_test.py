@@ -33,6 +33,11 @@ def test_benchmark_prints_every_ratio(tmp_path):
   assert re.search(rf'\| ours: ditto \|( {number} \|){{7}} {number}% \|', out)
   floors = re.findall(r'^(\w+): .* its floor \((\d) floor passes; CPU', out, re.MULTILINE)
   assert floors == [('fedavg', '1'), ('ditto', '2')]
+  transport = re.findall(
+      r'^(\w+): .* personal states into the runtime and back ([\d.]+) s', out, re.MULTILINE
+  )
+  assert [name for name, _ in transport] == ['fedavg', 'ditto']
+  assert float(transport[0][1]) == 0.0 and float(transport[1][1]) > 0.0  # FedAvg has no P.
   # The last column, memory a round adds, can read slightly below 0: the
   # kernel's resident-size counters lag a little behind the reset peak.
   assert re.search(r'\| 10 \| \d+ \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|', out)
