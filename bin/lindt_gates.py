@@ -4,7 +4,7 @@
 
 Reads a LINDT run's last checkpoint (the global model G) and its stored
 personal states (each client's L and, with --lindt_learn_gates, its gate
-offsets), and prints per attaching module, over the clients that have
+offsets; with --lindt_own_global, the G the client predicts with), and prints per attaching module, over the clients that have
 trained their L and their first --gate_examples test examples: the mean gate
 sigmoid(score (+ b)) and ||G^m|| / ||L^m|| (`lindt.DualModel.intertwinement`),
 the mean and the range over clients.
@@ -68,14 +68,16 @@ def main(argv):
     ef.install_context()
     weights, states = _load(task, ef.build_algorithm(task), experiment)
   models = lindt.DualModel(task.model, ef.LINDT_ATTACH_LOGITS.value, ef.LINDT_LEARN_GATES.value)
-  weights.assign_weights_to(models.global_model)
   num_local = len(models.local_model.trainable_weights)
   per_client = []
   for client_id, state in states:
-    if isinstance(state, dict):  # on_detection: <model, dual_rounds>.
-      if int(state['dual_rounds']) == 0:
+    client_global = weights
+    if isinstance(state, dict):  # <model, [dual_rounds,] [global_model]>.
+      if 'dual_rounds' in state and int(state['dual_rounds']) == 0:
         continue  # This client predicts with G: no L to look at.
+      client_global = state.get('global_model', weights)  # --lindt_own_global.
       state = state['model']
+    client_global.assign_weights_to(models.global_model)
     ModelWeights(
         trainable=list(state.trainable)[:num_local], non_trainable=list(state.non_trainable)
     ).assign_weights_to(models.local_model)

@@ -190,6 +190,60 @@ def test_intertwinement_statistics(arrangement):
   np.testing.assert_allclose(models.intertwinement(x), expected, rtol=1e-5)
 
 
+@pytest.fixture(scope='module')
+def own_global_process():
+  return lindt.build_lindt(
+      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+      own_global=True,
+  )
+
+
+def test_own_global_keeps_the_trained_global_model_at_the_client(own_global_process):
+  process = own_global_process
+  signature = process.next.type_signature
+  weights = '<trainable=<float32[2,3],float32[3],float32[3,2],float32[2]>,non_trainable=<>>'
+  personal = f'<model={weights},global_model={weights}>'
+  assert str(signature.parameter[2]) == '{' + personal + '}@CLIENTS'
+  assert str(signature.result[1]) == '{' + personal + '}@CLIENTS'
+  state = process.initialize()
+  w = process.get_model_weights(state).trainable
+  start = process.initial_personal_state('new', process.get_model_weights(state))
+  for a, b in zip(start['global_model'].trainable, w):
+    np.testing.assert_array_equal(a, b)  # A new client's copy: the current G.
+  v = local_weights(w, (True, False), seed=3)
+  (x, y), = client_batches(4, [5])
+  stale = ModelWeights(trainable=[p + 1.0 for p in w], non_trainable=[])
+  output = run_next(
+      process, state, [batches_dataset([(x, y)])],
+      [{'model': ModelWeights(trainable=v, non_trainable=[]), 'global_model': stale}],
+  )
+  expected_w, expected_v = reference_step(w, v, x, y, (True, False))
+  # Training is unchanged (the kept copy is not read) ...
+  for actual, expected in zip(output.personal_states[0]['model'].trainable, expected_v):
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
+  # ... and the client keeps w as its steps left it (the one client's
+  # update is also the server's, so the new global model equals it).
+  for actual, expected in zip(output.personal_states[0]['global_model'].trainable, expected_w):
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_own_global_predicts_with_the_kept_global_model(own_global_process):
+  process = own_global_process
+  current = process.get_model_weights(process.initialize())
+  own = [p * -0.7 + 0.2 for p in current.trainable]
+  v = [p * 0.5 + 0.1 for p in current.trainable]
+  (x, y), = client_batches(8, [6])
+  personal = {'model': ModelWeights(trainable=v, non_trainable=[]),
+              'global_model': ModelWeights(trainable=own, non_trainable=[])}
+  result, = process.evaluate(current, [batches_dataset([(x, y)])], [personal])
+  g1 = np.maximum(x @ own[0] + own[1], 0)
+  l1 = np.maximum(x @ v[0] + v[1], 0)
+  logits = attach(g1 @ own[2] + own[3], attach(g1, l1) @ v[2] + v[3])
+  shifted = logits - logits.max(axis=1, keepdims=True)
+  log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+  assert result['loss'] == pytest.approx(-np.mean(log_p[np.arange(len(y)), y]), rel=1e-5)
+
+
 def test_a_model_with_skip_connections_across_blocks_is_refused():
   with pytest.raises(ValueError, match='no place for attaching modules'):
     lindt.build_lindt(cifar100.resnet_spec(), client_learning_rate=0.1)
@@ -197,12 +251,12 @@ def test_a_model_with_skip_connections_across_blocks_is_refused():
     lindt.build_lindt(test_utils.tiny_model_spec(), client_learning_rate=0.1)
 
 
-def on_detection_process(stop, threshold, learn_gates=False):
+def on_detection_process(stop, threshold, learn_gates=False, own_global=False):
   from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
 
   return lindt.build_lindt(
       MODEL, client_learning_rate=LEARNING_RATE, mode='on_detection', stop=stop,
-      learn_gates=learn_gates,
+      learn_gates=learn_gates, own_global=own_global,
       server=shared_model.ServerOptions(
           seed=6,
           nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=threshold),
@@ -267,6 +321,26 @@ def test_learned_gates_stay_at_zero_until_the_first_dual_round():
     offsets.append([float(b) for b in personal[0]['model'].trainable[4:]])
   assert offsets[0] == [0.0, 0.0]  # FedAvg round: L follows G, gates untouched.
   assert all(b != 0.0 for b in offsets[1])  # The dual round trained them.
+
+
+def test_on_detection_own_global_follows_g_until_the_first_dual_round():
+  process = on_detection_process('after_one_round', 0.0, own_global=True)
+  state = process.initialize()
+  personal = [process.initial_personal_state('a', process.get_model_weights(state))]
+  kept, received = [], []
+  for round_num in range(3):  # FedAvg, then dual (the flag is up), then FedAvg again.
+    received.append(process.get_model_weights(state).trainable)
+    output = run_next(
+        process, state, [batches_dataset(client_batches(round_num, [4, 3]))], personal
+    )
+    state, personal = output.state, list(output.personal_states)
+    kept.append(personal[0]['global_model'].trainable)
+  assert [int(personal[0]['dual_rounds'])] == [1]
+  for a, b in zip(kept[0], received[0]):  # Before the first dual round: the G received.
+    np.testing.assert_array_equal(a, b)
+  assert any(not np.array_equal(a, b) for a, b in zip(kept[1], received[1]))  # Trained.
+  for a, b in zip(kept[2], kept[1]):  # After its one dual round: kept, not replaced.
+    np.testing.assert_array_equal(a, b)
 
 
 def test_clients_without_a_dual_round_are_evaluated_with_the_global_model(flagging_processes):

@@ -14,7 +14,8 @@ lindt_gates = binaries.load('lindt_gates')
 @pytest.fixture(scope='module')
 def lindt_run(tmp_path_factory):
   root = tmp_path_factory.mktemp('runs')
-  run_main(SMALL_RUN + ['--algorithm=lindt', '--lindt_learn_gates', '--total_rounds=2',
+  run_main(SMALL_RUN + ['--algorithm=lindt', '--lindt_learn_gates', '--lindt_own_global',
+                        '--total_rounds=2',
                         f'--root_output_dir={root}', '--experiment_name=small_lindt'])
   return root / 'small_lindt'
 

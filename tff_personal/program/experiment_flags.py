@@ -128,6 +128,12 @@ LINDT_LEARN_GATES = flags.DEFINE_bool(
     ' scalar learned with the local model (our change; algorithms/lindt.py);'
     " False: the paper's sigmoid(score).",
 )
+LINDT_OWN_GLOBAL = flags.DEFINE_bool(
+    'lindt_own_global', False,
+    'LINDT: each client keeps the global model as its last dual round left it'
+    ' and predicts with L intertwined with that copy, the G that L was trained'
+    ' with (our change; algorithms/lindt.py); False: with the current global model.',
+)
 
 # APFL (Deng, Kamani, Mahdavi 2020).
 APFL_ALPHA = flags.DEFINE_float(
@@ -351,7 +357,7 @@ _RUN_FLAGS = (
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
     AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
     DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, LINDT_LEARN_GATES,
-    APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
+    LINDT_OWN_GLOBAL, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
     APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA, NFL_DETECTION,
     NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, FINETUNE_EPOCHS,
@@ -424,6 +430,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       lindt_stop=LINDT_STOP.value,
       lindt_attach_logits=LINDT_ATTACH_LOGITS.value,
       lindt_learn_gates=LINDT_LEARN_GATES.value,
+      lindt_own_global=LINDT_OWN_GLOBAL.value,
       apfl_alpha=APFL_ALPHA.value,
       apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
       apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,

@@ -63,6 +63,7 @@ COLUMNS = {
     'apfl': 'APFL',
     'lindt': 'LINDT',
     'lindt_gates': 'LINDT, learned gates',
+    'lindt_own': 'LINDT, own G',
     'lindt_detect': 'LINDT on detection',
 }
 
