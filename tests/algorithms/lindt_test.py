@@ -293,49 +293,40 @@ def test_before_the_flag_clients_run_fedavg(flagging_processes):
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize('stop, expected_dual_rounds', [('persist', 2), ('after_one_round', 1)])
-def test_after_the_flag_dual_training_and_its_stop(flagging_processes, stop, expected_dual_rounds):
-  process = flagging_processes[stop]
+def rounds_of_one_client(process, num_rounds):
+  """[(the global weights a round sent, the client's P after it)] of one client."""
   state = process.initialize()
   personal = [process.initial_personal_state('a', process.get_model_weights(state))]
-  dual_rounds = []
-  for round_num in range(3):
+  history = []
+  for round_num in range(num_rounds):
+    received = process.get_model_weights(state)
     output = run_next(
         process, state, [batches_dataset(client_batches(round_num, [4, 3]))], personal
     )
     state, personal = output.state, list(output.personal_states)
-    dual_rounds.append(int(personal[0]['dual_rounds']))
-  assert dual_rounds == [0, 1, expected_dual_rounds]
+    history.append((received, personal[0]))
+  return history
+
+
+@pytest.mark.parametrize('stop, expected_dual_rounds', [('persist', 2), ('after_one_round', 1)])
+def test_after_the_flag_dual_training_and_its_stop(flagging_processes, stop, expected_dual_rounds):
+  history = rounds_of_one_client(flagging_processes[stop], 3)
+  assert [int(p['dual_rounds']) for _, p in history] == [0, 1, expected_dual_rounds]
 
 
 def test_learned_gates_stay_at_zero_until_the_first_dual_round():
-  process = on_detection_process('persist', 0.0, learn_gates=True)
-  state = process.initialize()
-  personal = [process.initial_personal_state('a', process.get_model_weights(state))]
-  offsets = []
-  for round_num in range(2):
-    output = run_next(
-        process, state, [batches_dataset(client_batches(round_num, [4, 3]))], personal
-    )
-    state, personal = output.state, list(output.personal_states)
-    offsets.append([float(b) for b in personal[0]['model'].trainable[4:]])
+  history = rounds_of_one_client(on_detection_process('persist', 0.0, learn_gates=True), 2)
+  offsets = [[float(b) for b in p['model'].trainable[4:]] for _, p in history]
   assert offsets[0] == [0.0, 0.0]  # FedAvg round: L follows G, gates untouched.
   assert all(b != 0.0 for b in offsets[1])  # The dual round trained them.
 
 
 def test_on_detection_own_global_follows_g_until_the_first_dual_round():
-  process = on_detection_process('after_one_round', 0.0, own_global=True)
-  state = process.initialize()
-  personal = [process.initial_personal_state('a', process.get_model_weights(state))]
-  kept, received = [], []
-  for round_num in range(3):  # FedAvg, then dual (the flag is up), then FedAvg again.
-    received.append(process.get_model_weights(state).trainable)
-    output = run_next(
-        process, state, [batches_dataset(client_batches(round_num, [4, 3]))], personal
-    )
-    state, personal = output.state, list(output.personal_states)
-    kept.append(personal[0]['global_model'].trainable)
-  assert [int(personal[0]['dual_rounds'])] == [1]
+  # FedAvg, then dual (the flag is up), then FedAvg again (one dual round each).
+  history = rounds_of_one_client(on_detection_process('after_one_round', 0.0, own_global=True), 3)
+  assert int(history[-1][1]['dual_rounds']) == 1
+  received = [weights.trainable for weights, _ in history]
+  kept = [p['global_model'].trainable for _, p in history]
   for a, b in zip(kept[0], received[0]):  # Before the first dual round: the G received.
     np.testing.assert_array_equal(a, b)
   assert any(not np.array_equal(a, b) for a, b in zip(kept[1], received[1]))  # Trained.
