@@ -4,10 +4,11 @@
 
 Reads a LINDT run's last checkpoint (the global model G) and its stored
 personal states (each client's L and, with --lindt_learn_gates, its gate
-offsets; with --lindt_own_global, the G the client predicts with), and prints per attaching module, over the clients that have
-trained their L and their first --gate_examples test examples: the mean gate
-sigmoid(score (+ b)) and ||G^m|| / ||L^m|| (`lindt.DualModel.intertwinement`),
-the mean and the range over clients.
+offsets; with --lindt_own_global, the G the client predicts with), and
+prints per attaching module, over the clients that have trained their L and
+their first --gate_examples test examples: the mean gate sigmoid(score (+ b))
+and ||G^m|| / ||L^m|| (`lindt.DualModel.intertwinement`), the mean and the
+range over clients.
 Takes the run's flags (its flags.txt); exit code 2 with one line on bad input.
 """
 
@@ -68,7 +69,6 @@ def main(argv):
     ef.install_context()
     weights, states = _load(task, ef.build_algorithm(task), experiment)
   models = lindt.DualModel(task.model, ef.LINDT_ATTACH_LOGITS.value, ef.LINDT_LEARN_GATES.value)
-  num_local = len(models.local_model.trainable_weights)
   per_client = []
   for client_id, state in states:
     client_global = weights
@@ -78,11 +78,11 @@ def main(argv):
       client_global = state.get('global_model', weights)  # --lindt_own_global.
       state = state['model']
     client_global.assign_weights_to(models.global_model)
-    ModelWeights(
-        trainable=list(state.trainable)[:num_local], non_trainable=list(state.non_trainable)
-    ).assign_weights_to(models.local_model)
-    for module, offset in zip(models.attaching_modules, list(state.trainable)[num_local:]):
-      module.offset.assign(offset)
+    # v: L's weights and gate offsets, in the order DualModel keeps them.
+    tf.nest.map_structure(
+        lambda variable, value: variable.assign(value), models.personal_weights,
+        ModelWeights(trainable=list(state.trainable), non_trainable=list(state.non_trainable)),
+    )
     x = np.concatenate([
         np.asarray(batch[0]) for batch in task.test_dataset(client_id, batch_size=GATE_EXAMPLES.value)
     ])[:GATE_EXAMPLES.value]
