@@ -68,7 +68,8 @@ def main(argv):
     task = ef.build_task(check_sampling=False)
     ef.install_context()
     weights, states = _load(task, ef.build_algorithm(task), experiment)
-  models = lindt.DualModel(task.model, ef.LINDT_ATTACH_LOGITS.value, ef.LINDT_LEARN_GATES.value)
+  models = lindt.DualModel(task.model, ef.LINDT_ATTACH_LOGITS.value, ef.LINDT_LEARN_GATES.value,
+                           ef.LINDT_MATCH_SCALE.value)
   per_client = []
   for client_id, state in states:
     client_global = weights

@@ -49,6 +49,7 @@ class AlgorithmOptions:
     lindt_attach_logits: LINDT attaches G's logits to L's too (off: the paper).
     lindt_learn_gates: LINDT's gates get a learned personal offset each.
     lindt_own_global: LINDT's clients predict with the G they last trained with.
+    lindt_match_scale: LINDT rescales the attached G^m to L^m's norm.
     apfl_alpha: APFL's initial mixing weight of a new client.
     apfl_adaptive_alpha: APFL learns each client's alpha.
     apfl_alpha_learning_rate: APFL's alpha SGD rate (None: the client's).
@@ -92,6 +93,7 @@ class AlgorithmOptions:
   lindt_attach_logits: bool = True
   lindt_learn_gates: bool = False
   lindt_own_global: bool = False
+  lindt_match_scale: bool = False
   apfl_alpha: float = 0.5
   apfl_adaptive_alpha: bool = True
   apfl_alpha_learning_rate: Optional[float] = None
@@ -241,6 +243,7 @@ def build_algorithm(
         attach_logits=options.lindt_attach_logits,
         learn_gates=options.lindt_learn_gates,
         own_global=options.lindt_own_global,
+        match_scale=options.lindt_match_scale,
         client_learning_rate=options.client_learning_rate,
         server=server,
     )

@@ -134,6 +134,12 @@ LINDT_OWN_GLOBAL = flags.DEFINE_bool(
     ' and predicts with L intertwined with that copy, the G that L was trained'
     ' with (our change; algorithms/lindt.py); False: with the current global model.',
 )
+LINDT_MATCH_SCALE = flags.DEFINE_bool(
+    'lindt_match_scale', False,
+    "LINDT: the attached G^m is rescaled to L^m's norm, h = L + gate x"
+    ' (||L|| / ||G||) x G (our change; algorithms/lindt.py); False: G at its'
+    ' own scale, as the paper.',
+)
 
 # APFL (Deng, Kamani, Mahdavi 2020).
 APFL_ALPHA = flags.DEFINE_float(
@@ -431,6 +437,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       lindt_attach_logits=LINDT_ATTACH_LOGITS.value,
       lindt_learn_gates=LINDT_LEARN_GATES.value,
       lindt_own_global=LINDT_OWN_GLOBAL.value,
+      lindt_match_scale=LINDT_MATCH_SCALE.value,
       apfl_alpha=APFL_ALPHA.value,
       apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
       apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,

@@ -64,6 +64,7 @@ COLUMNS = {
     'lindt': 'LINDT',
     'lindt_gates': 'LINDT, learned gates',
     'lindt_own': 'LINDT, own G',
+    'lindt_scale': 'LINDT, G at L\'s scale',
     'lindt_detect': 'LINDT on detection',
 }
 
