@@ -7,7 +7,8 @@ personal states (each client's L and, with --lindt_learn_gates, its gate
 offsets; with --lindt_own_global, the G the client predicts with), and
 prints per attaching module, over the clients that have trained their L and
 their first --gate_examples test examples: the mean gate sigmoid(score (+ b))
-and ||G^m|| / ||L^m|| (`lindt.DualModel.intertwinement`), the mean and the
+and ||G^m|| / ||L^m|| (`lindt.DualModel.intertwinement`; with
+--lindt_match_scale, G's norm before it is rescaled to L's), the mean and the
 range over clients.
 Takes the run's flags (its flags.txt); exit code 2 with one line on bad input.
 """

@@ -1,5 +1,7 @@
 """LINDT's dual model: the attaching module, one exact round, what is sent."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -32,11 +34,33 @@ def test_attaching_module_numbers():
   h = learned([tf.constant(g), tf.constant(l)]).numpy()
   np.testing.assert_allclose(h, l + sigmoid(score - 1.5)[:, None] * g, rtol=1e-6)
   assert lindt.AttachingModule().weights == []
+  # G rescaled to L's norm: rows ||l|| / ||g|| = 2 / sqrt(5) and sqrt(2) / 1.
+  h = lindt.AttachingModule(match_scale=True)([tf.constant(g), tf.constant(l)]).numpy()
+  scale = np.array([2.0 / np.sqrt(5.0), np.sqrt(2.0)])
+  np.testing.assert_allclose(h, l + (sigmoid(score) * scale)[:, None] * g, rtol=1e-6)
+  assert lindt.AttachingModule(match_scale=True).weights == []
 
 
-# (attach_logits, learn_gates): ours by default, the paper's, ours with learned gates.
-ARRANGEMENTS = {'attach_logits': (True, False), 'hidden_only': (False, False),
-                'learned_gates': (True, True)}
+def test_matched_scale_bounds_what_a_huge_global_representation_adds():
+  l = tf.constant([[3.0, 4.0]])
+  for factor in (1.0, 1e3, 1e6):
+    g = tf.constant([[0.0, 1.0]]) * factor
+    with tf.GradientTape() as tape:
+      tape.watch(g)
+      h = lindt.AttachingModule(match_scale=True)([g, l])
+    # ||h - l|| = gate * ||l|| <= 5, and the gradient into G shrinks as 1 / ||G||.
+    assert 0.0 < np.linalg.norm(h.numpy() - l.numpy()) <= 5.0
+    assert np.abs(tape.gradient(h, g).numpy()).max() < 10.0 / factor
+
+
+Arrangement = collections.namedtuple('Arrangement', 'attach_logits learn_gates match_scale')
+# Ours by default, the paper's, ours with learned gates, ours with G at L's scale.
+ARRANGEMENTS = {
+    'attach_logits': Arrangement(True, False, False),
+    'hidden_only': Arrangement(False, False, False),
+    'learned_gates': Arrangement(True, True, False),
+    'matched_scale': Arrangement(True, False, True),
+}
 
 
 @pytest.fixture(scope='module', params=list(ARRANGEMENTS))
@@ -46,24 +70,23 @@ def arrangement(request):
 
 @pytest.fixture(scope='module')
 def process(arrangement):
-  attach_logits, learn_gates = arrangement
   return lindt.build_lindt(
       MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
-      attach_logits=attach_logits, learn_gates=learn_gates,
+      **arrangement._asdict(),
   )
 
 
 def num_gates(arrangement):
-  attach_logits, learn_gates = arrangement
-  return (1 + attach_logits) if learn_gates else 0
+  return (1 + arrangement.attach_logits) if arrangement.learn_gates else 0
 
 
-def attach(g, l, offset=0.0):
-  """The attaching module in NumPy: l + sigmoid(<g, l> / (||l|| sqrt(d)) + b) g, per row."""
-  score = np.sum(g * l, axis=1) / (
-      np.maximum(np.linalg.norm(l, axis=1), 1e-6) * np.sqrt(l.shape[1])
-  )
-  return l + sigmoid(score + offset)[:, None] * g
+def attach(g, l, offset=0.0, match_scale=False):
+  """The attaching module in NumPy: l + sigmoid(<g, l> / (||l|| sqrt(d)) + b) g,
+  per row; g first rescaled to ||l|| with match_scale."""
+  norm = lambda h: np.maximum(np.linalg.norm(h, axis=1), 1e-6)
+  score = np.sum(g * l, axis=1) / (norm(l) * np.sqrt(l.shape[1]))
+  scale = norm(l) / norm(g) if match_scale else 1.0
+  return l + (sigmoid(score + offset) * scale)[:, None] * g
 
 
 def test_only_the_global_model_is_sent(process, arrangement):
@@ -80,23 +103,24 @@ def test_only_the_global_model_is_sent(process, arrangement):
 
 def reference_step(w, v, x, y, arrangement):
   """One SGD step of the dual loss, written from the formulas directly."""
-  attach_logits, learn_gates = arrangement
   w = [tf.Variable(p, dtype=tf.float64) for p in w]
   v = [tf.Variable(p, dtype=tf.float64) for p in v]
-  offsets = v[4:] if learn_gates else [0.0, 0.0]
+  offsets = v[4:] if arrangement.learn_gates else [0.0, 0.0]
   x = tf.constant(x, tf.float64)
+
+  def module(g, l, offset):
+    norm = lambda h: tf.sqrt(tf.maximum(tf.reduce_sum(h * h, axis=1), 1e-12))  # Floored.
+    score = tf.reduce_sum(g * l, axis=1) / (norm(l) * np.sqrt(l.shape[1]))
+    scale = norm(l) / norm(g) if arrangement.match_scale else 1.0
+    return l + (tf.sigmoid(score + offset) * scale)[:, None] * g
+
   with tf.GradientTape() as tape:
     g1 = tf.nn.relu(x @ w[0] + w[1])
     l1 = tf.nn.relu(x @ v[0] + v[1])
-    norm = tf.sqrt(tf.maximum(tf.reduce_sum(l1 * l1, axis=1), 1e-12))  # Floored.
-    score = tf.reduce_sum(g1 * l1, axis=1) / (norm * np.sqrt(3.0))
-    h = l1 + tf.sigmoid(score + offsets[0])[:, None] * g1
     global_logits = g1 @ w[2] + w[3]
-    local_logits = h @ v[2] + v[3]
-    if attach_logits:  # The same module on the logits (2 classes).
-      norm = tf.sqrt(tf.maximum(tf.reduce_sum(local_logits**2, axis=1), 1e-12))
-      score = tf.reduce_sum(global_logits * local_logits, axis=1) / (norm * np.sqrt(2.0))
-      local_logits = local_logits + tf.sigmoid(score + offsets[1])[:, None] * global_logits
+    local_logits = module(g1, l1, offsets[0]) @ v[2] + v[3]
+    if arrangement.attach_logits:  # The same module on the logits (2 classes).
+      local_logits = module(global_logits, local_logits, offsets[1])
     ce = lambda logits: tf.reduce_mean(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
     )
@@ -143,7 +167,6 @@ def test_a_new_client_starts_from_the_global_model_and_open_gates(process, arran
 
 
 def test_evaluate_predicts_with_the_local_logits(process, arrangement):
-  attach_logits, _ = arrangement
   weights = process.get_model_weights(process.initialize())
   w = weights.trainable
   v = [p * 0.5 + 0.1 for p in w] + [np.float32(b) for b in (0.4, -0.7)[:num_gates(arrangement)]]
@@ -154,9 +177,9 @@ def test_evaluate_predicts_with_the_local_logits(process, arrangement):
   )
   g1 = np.maximum(x @ w[0] + w[1], 0)
   l1 = np.maximum(x @ v[0] + v[1], 0)
-  logits = attach(g1, l1, offsets[0]) @ v[2] + v[3]
-  if attach_logits:
-    logits = attach(g1 @ w[2] + w[3], logits, offsets[1])
+  logits = attach(g1, l1, offsets[0], arrangement.match_scale) @ v[2] + v[3]
+  if arrangement.attach_logits:
+    logits = attach(g1 @ w[2] + w[3], logits, offsets[1], arrangement.match_scale)
   assert result['sparse_categorical_accuracy'] == pytest.approx(
       np.mean(np.argmax(logits, axis=1) == y)
   )
@@ -166,8 +189,7 @@ def test_evaluate_predicts_with_the_local_logits(process, arrangement):
 
 
 def test_intertwinement_statistics(arrangement):
-  attach_logits, learn_gates = arrangement
-  models = lindt.DualModel(MODEL, attach_logits, learn_gates)
+  models = lindt.DualModel(MODEL, *arrangement)
   rng = np.random.default_rng(5)
   w = [rng.normal(size=p.shape).astype(np.float32) for p in models.global_model.get_weights()]
   v = [rng.normal(size=p.shape).astype(np.float32) for p in models.local_model.get_weights()]
@@ -184,8 +206,8 @@ def test_intertwinement_statistics(arrangement):
       np.sum(g * l, axis=1) / (np.maximum(norm(l), 1e-6) * np.sqrt(l.shape[1])) + b
   )
   expected = [(np.mean(gate(g1, l1, offsets[0])), np.mean(norm(g1)) / np.mean(norm(l1)))]
-  if attach_logits:
-    g2, l2 = g1 @ w[2] + w[3], attach(g1, l1, offsets[0]) @ v[2] + v[3]
+  if arrangement.attach_logits:
+    g2, l2 = g1 @ w[2] + w[3], attach(g1, l1, offsets[0], arrangement.match_scale) @ v[2] + v[3]
     expected.append((np.mean(gate(g2, l2, offsets[1])), np.mean(norm(g2)) / np.mean(norm(l2))))
   np.testing.assert_allclose(models.intertwinement(x), expected, rtol=1e-5)
 
@@ -210,14 +232,14 @@ def test_own_global_keeps_the_trained_global_model_at_the_client(own_global_proc
   start = process.initial_personal_state('new', process.get_model_weights(state))
   for a, b in zip(start['global_model'].trainable, w):
     np.testing.assert_array_equal(a, b)  # A new client's copy: the current G.
-  v = local_weights(w, (True, False), seed=3)
+  v = local_weights(w, ARRANGEMENTS['attach_logits'], seed=3)
   (x, y), = client_batches(4, [5])
   stale = ModelWeights(trainable=[p + 1.0 for p in w], non_trainable=[])
   output = run_next(
       process, state, [batches_dataset([(x, y)])],
       [{'model': ModelWeights(trainable=v, non_trainable=[]), 'global_model': stale}],
   )
-  expected_w, expected_v = reference_step(w, v, x, y, (True, False))
+  expected_w, expected_v = reference_step(w, v, x, y, ARRANGEMENTS['attach_logits'])
   # Training is unchanged (the kept copy is not read) ...
   for actual, expected in zip(output.personal_states[0]['model'].trainable, expected_v):
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)

@@ -15,6 +15,7 @@ lindt_gates = binaries.load('lindt_gates')
 def lindt_run(tmp_path_factory):
   root = tmp_path_factory.mktemp('runs')
   run_main(SMALL_RUN + ['--algorithm=lindt', '--lindt_learn_gates', '--lindt_own_global',
+                        '--lindt_match_scale',
                         '--total_rounds=2',
                         f'--root_output_dir={root}', '--experiment_name=small_lindt'])
   return root / 'small_lindt'

@@ -51,7 +51,7 @@ def process_for(algorithm):
   return _PROCESSES[algorithm]
 
 
-def train(algorithm, root, name, total_rounds=6, run_config=None):
+def train(algorithm, root, name, total_rounds=6, run_config=None, run_config_defaults=None):
   config = training_loop.TrainingConfig(
       **{**CONFIG.__dict__, 'total_rounds': total_rounds}
   )
@@ -61,6 +61,7 @@ def train(algorithm, root, name, total_rounds=6, run_config=None):
       config,
       outputs.ExperimentDir(str(root), name),
       run_config=run_config or {'algorithm': algorithm, 'total_rounds': total_rounds},
+      run_config_defaults=run_config_defaults,
       progress_stream=None,
   )
 
@@ -113,6 +114,17 @@ def test_refuses_to_resume_with_other_settings(tmp_path):
   train('fedavg', tmp_path, 'run', total_rounds=2)
   with pytest.raises(training_loop.ResumeError, match='--seed'):
     train('fedavg', tmp_path, 'run', run_config={'algorithm': 'fedavg', 'seed': 1})
+
+
+def test_a_setting_added_since_the_run_was_written_counts_as_its_default(tmp_path):
+  train('fedavg', tmp_path, 'run', total_rounds=2, run_config={'algorithm': 'fedavg'})
+  new_setting = {'algorithm': 'fedavg', 'new_option': False}
+  with pytest.raises(training_loop.ResumeError, match='--new_option=True there vs False now'):
+    train('fedavg', tmp_path, 'run', run_config=new_setting,
+          run_config_defaults={'new_option': True})
+  train('fedavg', tmp_path, 'run', total_rounds=3, run_config=new_setting,
+        run_config_defaults={'new_option': False})
+  assert outputs.read_json(outputs.ExperimentDir(str(tmp_path), 'run').config_path) == new_setting
 
 
 def test_refuses_a_checkpoint_of_another_algorithm(tmp_path):

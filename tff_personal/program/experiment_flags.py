@@ -363,7 +363,7 @@ _RUN_FLAGS = (
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
     AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
     DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, LINDT_LEARN_GATES,
-    LINDT_OWN_GLOBAL, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
+    LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
     APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA, NFL_DETECTION,
     NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, FINETUNE_EPOCHS,
@@ -503,6 +503,11 @@ def run_config() -> dict[str, Any]:
     config['dp_resolved_noise_multiplier'] = _DP.noise_multiplier
     config['dp_resolved_delta'] = _DP.delta
   return config
+
+
+def run_config_defaults() -> dict[str, Any]:
+  """Each `run_config` flag's default, by name."""
+  return {holder.name: holder.default for holder in _RUN_FLAGS}
 
 
 def _flag_line(holder) -> str:
@@ -784,5 +789,6 @@ def train(task, process) -> dict[str, Any]:
       training_config(),
       experiment,
       run_config=run_config(),
+      run_config_defaults=run_config_defaults(),
       progress_stream=sys.stdout,
   )

@@ -193,6 +193,7 @@ def run_training(
     experiment: outputs.ExperimentDir,
     *,
     run_config: Mapping[str, Any],
+    run_config_defaults: Optional[Mapping[str, Any]] = None,
     progress_stream: Optional[TextIO] = None,
 ) -> dict[str, Any]:
   """Trains `process` on `task`, resuming from `experiment` when possible.
@@ -205,6 +206,9 @@ def run_training(
     run_config: everything that defines the run (flags); a run resumes only
       into a directory written with the same `run_config` (except
       `total_rounds`, which may grow, and the output/evaluation cadence).
+    run_config_defaults: the default of each `run_config` entry; a setting
+      added to the program after the directory was written counts there as
+      its default (so older runs resume when it is left at its default).
     progress_stream: where the per-round progress lines go (e.g. sys.stdout);
       None prints nothing.
 
@@ -212,7 +216,7 @@ def run_training(
     The run summary (also written to `summary.json`).
   """
   experiment.make()
-  _check_resumable(experiment, run_config)
+  _check_resumable(experiment, run_config, run_config_defaults or {})
   population = sampling.fixed_subset(
       sorted(task.client_ids), config.population, seed=config.seed
   )
@@ -427,11 +431,14 @@ def _train_round(
   return output.state, row
 
 
-def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str, Any]) -> None:
+def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str, Any],
+                     defaults: Mapping[str, Any]) -> None:
   try:
     previous = outputs.read_json(experiment.config_path)
   except FileNotFoundError:
     return
+  # Settings added since the directory was written: it ran with their defaults.
+  previous = {**{k: v for k, v in defaults.items() if k not in previous}, **previous}
   mutable = {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint'}
   current = dict(run_config)
   differences = sorted(
