@@ -273,6 +273,7 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
       '--ditto_lambda_grid=0.1,1.0', '--apfl_alpha=0.25', '--noapfl_adaptive_alpha',
       '--finetune_epochs=2', '--lindt_attach_logits', '--nonfl_cohort_correction',
       '--lindt_learn_gates', '--lindt_own_global', '--lindt_match_scale',
+      '--nonfl_flag_when_blind',
   ]
   with flagsaver.flagsaver():
     ef.parse_flags_or_exit(['train.py'] + argv)
@@ -283,7 +284,7 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
                       ('nfl_detection', True), ('dp_delta', None),
                       ('lindt_attach_logits', True), ('nfl_cohort_correction', False),
                       ('lindt_learn_gates', True), ('lindt_own_global', True),
-                      ('lindt_match_scale', True)]:
+                      ('lindt_match_scale', True), ('nfl_flag_when_blind', False)]:
     assert config[name] == value, name
   path = tmp_path / 'flags.txt'
   path.write_text(flagfile)

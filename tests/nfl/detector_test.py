@@ -101,6 +101,19 @@ def test_a_converging_run_is_never_flagged():
   assert [int(m['flagged']) for m in metrics] == [0] * 6
 
 
+def test_a_blind_detector_flags_at_its_first_armed_round():
+  blind = detector.DetectorConfig(warmup_rounds=2, window=2, threshold=0.5, noise_to_signal=1.5)
+  assert blind.blind
+  _, metrics = run_detector(blind, [0.0] * 5)  # w_div says nothing.
+  assert [int(m['flagged']) for m in metrics] == [0, 0, 1, 1, 1]
+  assert int(metrics[-1]['round_flagged']) == 3
+  for config in (dataclasses.replace(blind, flag_when_blind=False),
+                 dataclasses.replace(blind, noise_to_signal=1.0)):
+    assert not config.blind
+    _, metrics = run_detector(config, [0.0] * 5)
+    assert [int(m['flagged']) for m in metrics] == [0] * 5
+
+
 def test_bad_config():
   with pytest.raises(ValueError, match='window >= 1'):
     detector.DetectorConfig(warmup_rounds=0, window=0, threshold=0.1)
@@ -139,7 +152,7 @@ def test_fedavg_reports_the_divergence_of_its_clients(process):
   assert output.state['nfl']['round_num'] == 1
 
 
-def dp_fedavg_with_detector(noise_multiplier, clip_norm):
+def dp_fedavg_with_detector(noise_multiplier, clip_norm, threshold=1.0):
   """FedAvg of the tiny model under DP (2 clients a round) with the detector."""
   return fedavg.build_fedavg(
       test_utils.tiny_model_spec(), client_learning_rate=0.1,
@@ -148,7 +161,7 @@ def dp_fedavg_with_detector(noise_multiplier, clip_norm):
           model_aggregator=dp.build_dp_aggregator(
               noise_multiplier=noise_multiplier, clients_per_round=2, clip_norm=clip_norm
           ),
-          nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1.0),
+          nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=threshold),
           dp_setting=dp.DpSetting(noise_multiplier, clip_norm, clients_per_round=2),
       ),
   )
@@ -191,8 +204,14 @@ def test_noise_to_signal_of_the_dp_statistic():
 
 def test_a_blind_detector_is_logged(caplog):
   with caplog.at_level('WARNING'):
-    dp_fedavg_with_detector(noise_multiplier=50.0, clip_norm=1.0)
+    blind = dp_fedavg_with_detector(noise_multiplier=50.0, clip_norm=1.0, threshold=1e9)
   assert 'it cannot tell divergence from noise' in caplog.text
+  assert 'It flags NFL at its first armed round.' in caplog.text
+  # No w_div reaches the threshold: the flag comes from the noise level alone.
+  clients = [client_batches(1, [3, 2]), client_batches(2, [4])]
+  output = run_next(blind, blind.initialize(), [batches_dataset(b) for b in clients],
+                    process_lib.empty_personal_states(2))
+  assert output.metrics['nfl']['flagged'] == 1 and output.metrics['nfl']['round_flagged'] == 1
   caplog.clear()
   with caplog.at_level('WARNING'):
     dp_fedavg_with_detector(noise_multiplier=0.0, clip_norm=0.01)

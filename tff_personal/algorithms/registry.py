@@ -74,6 +74,7 @@ class AlgorithmOptions:
     nfl_window: the detector's moving window (rounds).
     nfl_threshold: the detector's threshold epsilon on windowed w_div.
     nfl_cohort_correction: the detector corrects w_div for the cohort size.
+    nfl_flag_when_blind: the detector flags when DP noise hides any divergence.
   """
 
   client_learning_rate: float = 0.02
@@ -116,6 +117,7 @@ class AlgorithmOptions:
   nfl_window: int = 3
   nfl_threshold: float = 0.05
   nfl_cohort_correction: bool = True
+  nfl_flag_when_blind: bool = True
 
   @property
   def differentially_private(self) -> bool:
@@ -183,6 +185,7 @@ def build_algorithm(
         window=options.nfl_window,
         threshold=options.nfl_threshold,
         cohort_correction=options.nfl_cohort_correction,
+        flag_when_blind=options.nfl_flag_when_blind,
     )
     if options.dp_clip_norm is not None:
       server_extras['dp_setting'] = dp.DpSetting(

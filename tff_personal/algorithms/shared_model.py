@@ -191,20 +191,23 @@ def build_process(
   initial_detector_fn = None
   if nfl_detector is not None and dp_setting is not None:
     num_parameters = dp.num_parameters(shared_type.trainable)
-    nfl_detector = dataclasses.replace(
-        nfl_detector, noise_squared_norm=dp_setting.expected_noise_squared_norm(num_parameters)
-    )
     from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
 
     ratio = detector_lib.noise_to_signal(
         num_parameters, dp_setting.noise_multiplier, dp_setting.clip_norm,
         dp_setting.clients_per_round, accounting.DETECTOR_NOISE_FACTOR, nfl_detector.window,
     )
+    nfl_detector = dataclasses.replace(
+        nfl_detector, noise_squared_norm=dp_setting.expected_noise_squared_norm(num_parameters),
+        noise_to_signal=ratio,
+    )
     if ratio > 1:
       logging.warning(
           'NFL detector: under this DP noise its windowed statistic has a noise standard'
           ' deviation %.1fx its largest possible value; it cannot tell divergence from'
-          ' noise (nfl/detector.py, noise_to_signal).', ratio,
+          ' noise (nfl/detector.py, noise_to_signal). %s', ratio,
+          'It flags NFL at its first armed round.' if nfl_detector.blind
+          else 'It will not flag on this noise (--nonfl_flag_when_blind).',
       )
   norm_aggregation = None
   if nfl_detector is not None:

@@ -51,6 +51,16 @@ C = 1, K = 10 that noise is 3.4x (65,322 weights, Shakespeare's char RNN) to
 divergence from noise, and `shared_model` logs a warning when the ratio over
 a window exceeds 1.
 
+A blind detector flags (`flag_when_blind`, on by default; our addition):
+when that ratio over the window exceeds 1, the detector flags NFL at the
+first round it may (after the warm-up, once the window is full), whatever
+w_div says. The server cannot certify that the federation helps its clients
+when its own noise hides any divergence, and at that noise the global model
+is itself mostly noise (in the NFL table's DP-noise-large cells, fmnist and
+Shakespeare, FedAvg's beta was negative in every seed); flagging fails
+closed, so LINDT's on_detection mode turns on local adaptation. The verdict
+follows from z, C, K, d and the window alone, before any round runs.
+
 Detector: after `warmup_rounds` rounds, once the last `window` values of
 w_div are in, NFL is flagged at the first round whose windowed mean is not
 below `threshold`; the flag then stays, with the round it was raised. Its
@@ -75,6 +85,9 @@ class DetectorConfig:
     threshold: epsilon; NFL when the windowed w_div stays >= epsilon.
     noise_squared_norm: E||n||^2 of the aggregate's DP noise (0 without DP).
     cohort_correction: divide D by 1 - sum_i alpha_i^2 (module docstring).
+    noise_to_signal: `noise_to_signal` over the window (0 without DP).
+    flag_when_blind: flag at the first armed round when noise_to_signal > 1
+      (module docstring).
   """
 
   warmup_rounds: int
@@ -82,6 +95,13 @@ class DetectorConfig:
   threshold: float
   noise_squared_norm: float = 0.0
   cohort_correction: bool = True
+  noise_to_signal: float = 0.0
+  flag_when_blind: bool = True
+
+  @property
+  def blind(self) -> bool:
+    """Flags at the first armed round: the DP noise hides any divergence."""
+    return self.flag_when_blind and self.noise_to_signal > 1
 
   def __post_init__(self):
     if self.warmup_rounds < 0 or self.window < 1 or self.threshold < 0:
@@ -153,7 +173,8 @@ def update_state(state, mean_squared_norm, aggregate_squared_norm, weights_squar
       round_num > config.warmup_rounds, round_num >= config.window
   )
   raise_flag = tf.logical_and(
-      tf.equal(state['flagged'], 0), tf.logical_and(armed, windowed >= config.threshold)
+      tf.equal(state['flagged'], 0),
+      tf.logical_and(armed, tf.logical_or(windowed >= config.threshold, config.blind)),
   )
   new_state = collections.OrderedDict(
       window=window,

@@ -266,6 +266,12 @@ NFL_COHORT_CORRECTION = flags.DEFINE_bool(
     ' aggregation weights ((K-1)/K for K equal clients), so that w_div does not'
     " shrink with the clients a round (False: the issue's plain cohort formula).",
 )
+NFL_FLAG_WHEN_BLIND = flags.DEFINE_bool(
+    'nfl_flag_when_blind', True,
+    'NFL detector under DP: when the noise in its windowed statistic exceeds the'
+    ' largest possible divergence (nfl/detector.py, noise_to_signal > 1), flag NFL'
+    ' at the first round it may (fails closed); False: only w_div flags.',
+)
 NFL_THRESHOLD = flags.DEFINE_float(
     'nfl_threshold', 0.05,
     'NFL detector: NFL when the windowed w_div is not below this after the'
@@ -366,7 +372,8 @@ _RUN_FLAGS = (
     LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
     APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA, NFL_DETECTION,
-    NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, FINETUNE_EPOCHS,
+    NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, NFL_FLAG_WHEN_BLIND,
+    FINETUNE_EPOCHS,
     FINETUNE_LEARNING_RATE,
 )
 
@@ -460,6 +467,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       nfl_window=NFL_WINDOW.value,
       nfl_threshold=NFL_THRESHOLD.value,
       nfl_cohort_correction=NFL_COHORT_CORRECTION.value,
+      nfl_flag_when_blind=NFL_FLAG_WHEN_BLIND.value,
   )
 
 
