@@ -62,7 +62,13 @@ features were 8x L's norm (up to 36x), and under DP noise large G's noisy
 weights make its features, and the gradient of L's loss into w through the
 module, large enough that local training diverged in 2 of 3 seeds. Rescaled,
 G's features can make up at most half of L's next input, and the gradient
-through the module is divided by ||G^m||.
+through the module is divided by ||G^m||. Measured on fmnist (commit
+057726b's criterion, docs/results_nfl.md): the DP-noise-large runs still
+diverged (seed 1 at round 17; G's train loss reached 1e9 and 1e11 in the
+other two before recovering) and their beta fell (seeds 0 and 2: -0.266,
+-0.216; seed 0 was -0.073 without); active 10% rose (-0.168 -> -0.108 over
+seeds 0-2) but stayed negative, poisoned 50% fell (-0.007 -> -0.018), default
+rose (+0.029 -> +0.048). It stays off; the other 9 runs were not made.
 
 Client loss: CE(G's logits) + CE(L's logits); one SGD step
 per batch updates w and v on it (L's loss reaches w through the attaching
