@@ -53,13 +53,17 @@ def test_matched_scale_bounds_what_a_huge_global_representation_adds():
     assert np.abs(tape.gradient(h, g).numpy()).max() < 10.0 / factor
 
 
-Arrangement = collections.namedtuple('Arrangement', 'attach_logits learn_gates match_scale')
-# Ours by default, the paper's, ours with learned gates, ours with G at L's scale.
+Arrangement = collections.namedtuple(
+    'Arrangement', 'attach_logits learn_gates match_scale detach_global'
+)
+# Ours by default, the paper's, ours with learned gates, with G at L's scale,
+# with G detached from L's loss.
 ARRANGEMENTS = {
-    'attach_logits': Arrangement(True, False, False),
-    'hidden_only': Arrangement(False, False, False),
-    'learned_gates': Arrangement(True, True, False),
-    'matched_scale': Arrangement(True, False, True),
+    'attach_logits': Arrangement(True, False, False, False),
+    'hidden_only': Arrangement(False, False, False, False),
+    'learned_gates': Arrangement(True, True, False, False),
+    'matched_scale': Arrangement(True, False, True, False),
+    'detached_global': Arrangement(True, False, False, True),
 }
 
 
@@ -101,14 +105,17 @@ def test_only_the_global_model_is_sent(process, arrangement):
   assert str(signature.result[1]) == '{' + personal + '}@CLIENTS'
 
 
-def reference_step(w, v, x, y, arrangement):
-  """One SGD step of the dual loss, written from the formulas directly."""
+def reference_step(w, v, x, y, arrangement, local_loss=True):
+  """One SGD step of the dual loss, written from the formulas directly
+  (of G's loss alone without `local_loss`)."""
   w = [tf.Variable(p, dtype=tf.float64) for p in w]
   v = [tf.Variable(p, dtype=tf.float64) for p in v]
   offsets = v[4:] if arrangement.learn_gates else [0.0, 0.0]
   x = tf.constant(x, tf.float64)
 
   def module(g, l, offset):
+    if arrangement.detach_global:
+      g = tf.stop_gradient(g)
     norm = lambda h: tf.sqrt(tf.maximum(tf.reduce_sum(h * h, axis=1), 1e-12))  # Floored.
     score = tf.reduce_sum(g * l, axis=1) / (norm(l) * np.sqrt(l.shape[1]))
     scale = norm(l) / norm(g) if arrangement.match_scale else 1.0
@@ -124,8 +131,8 @@ def reference_step(w, v, x, y, arrangement):
     ce = lambda logits: tf.reduce_mean(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
     )
-    loss = ce(global_logits) + ce(local_logits)
-  grads = tape.gradient(loss, w + v)
+    loss = ce(global_logits) + (ce(local_logits) if local_loss else 0.0)
+  grads = tape.gradient(loss, w + v, unconnected_gradients=tf.UnconnectedGradients.ZERO)
   new = [p - LEARNING_RATE * g for p, g in zip(w + v, grads)]
   return [t.numpy() for t in new[:4]], [t.numpy() for t in new[4:]]
 
@@ -152,6 +159,10 @@ def test_one_round_matches_the_formulas(process, arrangement):
   assert len(output.personal_states[0].trainable) == len(expected_v)
   for actual, expected in zip(output.personal_states[0].trainable, expected_v):
     np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
+  if arrangement.detach_global:  # w took FedAvg's step: SGD on G's loss alone.
+    fedavg_w, _ = reference_step(w, v, x, y, arrangement, local_loss=False)
+    for actual, expected in zip(process.get_model_weights(output.state).trainable, fedavg_w):
+      np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-6)
   if num_gates(arrangement):  # The offsets moved: they are trained.
     assert all(abs(b - b0) > 1e-6 for b, b0 in zip(expected_v[4:], v[4:]))
   assert output.metrics['client_work']['train']['num_examples'] == 5

@@ -272,7 +272,7 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
       '--nfl_window=4', '--dp_clip_norm=0.5', '--dp_noise_multiplier=0.1',
       '--ditto_lambda_grid=0.1,1.0', '--apfl_alpha=0.25', '--noapfl_adaptive_alpha',
       '--finetune_epochs=2', '--lindt_attach_logits', '--nonfl_cohort_correction',
-      '--lindt_learn_gates', '--lindt_own_global', '--lindt_match_scale',
+      '--lindt_learn_gates', '--lindt_own_global', '--lindt_match_scale', '--lindt_detach_global',
       '--nonfl_flag_when_blind',
   ]
   with flagsaver.flagsaver():
@@ -284,7 +284,8 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
                       ('nfl_detection', True), ('dp_delta', None),
                       ('lindt_attach_logits', True), ('nfl_cohort_correction', False),
                       ('lindt_learn_gates', True), ('lindt_own_global', True),
-                      ('lindt_match_scale', True), ('nfl_flag_when_blind', False)]:
+                      ('lindt_match_scale', True), ('nfl_flag_when_blind', False),
+                      ('lindt_detach_global', True)]:
     assert config[name] == value, name
   path = tmp_path / 'flags.txt'
   path.write_text(flagfile)

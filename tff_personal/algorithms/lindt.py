@@ -70,6 +70,15 @@ other two before recovering) and their beta fell (seeds 0 and 2: -0.266,
 seeds 0-2) but stayed negative, poisoned 50% fell (-0.007 -> -0.018), default
 rose (+0.029 -> +0.048). It stays off; the other 9 runs were not made.
 
+A fifth change (`detach_global`, off by default): G^m enters the attaching
+modules as a constant, so L's loss no longer reaches w and w takes FedAvg's
+step on G's loss alone (v's step is unchanged). Under DP noise large the
+gradient of L's loss into w blows G up within a round: from a global model
+carrying 3 rounds of that noise, 40 dual steps took G's loss to 2.7e5 and
+4.7e12 for 2 of 4 fmnist clients, at most 318 with the module detached
+(a by-hand script, session 16); FedAvg under the same noise at twice the
+learning rate (0.1, seeds 1 and 2, 10 rounds) kept its training loss under 12.
+
 Client loss: CE(G's logits) + CE(L's logits); one SGD step
 per batch updates w and v on it (L's loss reaches w through the attaching
 modules); only w's update leaves the client, as in FedAvg. The client
@@ -117,12 +126,16 @@ class AttachingModule(tf.keras.layers.Layer):
   (initialized to 0), one of the client's personal weights. With
   `match_scale` the attached G is rescaled to L's norm first:
   h = L + sigmoid(score + b) * (||L|| / ||G||) * G (the score unchanged).
+  With `detach_global` G enters as a constant: no gradient reaches G's
+  weights through the module.
   """
 
-  def __init__(self, learn_offset: bool = False, match_scale: bool = False, **kwargs):
+  def __init__(self, learn_offset: bool = False, match_scale: bool = False,
+               detach_global: bool = False, **kwargs):
     super().__init__(**kwargs)
     self.learn_offset = learn_offset
     self.match_scale = match_scale
+    self.detach_global = detach_global
 
   def build(self, input_shape):
     if self.learn_offset:
@@ -139,6 +152,8 @@ class AttachingModule(tf.keras.layers.Layer):
 
   def call(self, inputs):
     global_activation, local_activation = inputs
+    if self.detach_global:
+      global_activation = tf.stop_gradient(global_activation)
     gate = self.gate(global_activation, local_activation)
     if self.match_scale:
       gate *= _norm(_flat(local_activation)) / _norm(_flat(global_activation))
@@ -214,7 +229,8 @@ class DualModel:
   """G, L and the Keras dual model over their layers."""
 
   def __init__(self, model_spec: base.ModelSpec, attach_logits: bool = True,
-               learn_gates: bool = False, match_scale: bool = False):
+               learn_gates: bool = False, match_scale: bool = False,
+               detach_global: bool = False):
     self.global_model = model_spec.build()
     self.local_model = model_spec.build()
     local_layers = {layer.name: layer for layer in self.local_model.layers}
@@ -232,7 +248,9 @@ class DualModel:
         local_h = local_layers[name](local_h)
       if index < last or attach_logits:
         self.attaching_modules.append(
-            AttachingModule(learn_gates, match_scale, name=f'attach_{index + 1}')
+            AttachingModule(
+                learn_gates, match_scale, detach_global, name=f'attach_{index + 1}'
+            )
         )
         attached.append((global_h, local_h))
         local_h = self.attaching_modules[-1]([global_h, local_h])
@@ -278,9 +296,10 @@ class DualModel:
 
 def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: str,
                         stop: str, attach_logits: bool = True, learn_gates: bool = False,
-                        own_global: bool = False, match_scale: bool = False):
+                        own_global: bool = False, match_scale: bool = False,
+                        detach_global: bool = False):
   """The client's round (module docstring) as a `tf.function`."""
-  models = DualModel(model_spec, attach_logits, learn_gates, match_scale)
+  models = DualModel(model_spec, attach_logits, learn_gates, match_scale, detach_global)
   loss_fn = model_spec.loss()
   # G's training metrics, as FedAvg reports them, over G's own layers.
   metrics_model = tff.learning.models.from_keras_model(
@@ -404,6 +423,7 @@ def build_lindt(
     learn_gates: bool = False,
     own_global: bool = False,
     match_scale: bool = False,
+    detach_global: bool = False,
 ) -> process_lib.PersonalizedProcess:
   """Builds LINDT's dual model; see the module docstring.
 
@@ -419,6 +439,7 @@ def build_lindt(
     own_global: each client keeps the G its last dual round left and predicts
       with L intertwined with it (module docstring).
     match_scale: the attached G^m is rescaled to L^m's norm (module docstring).
+    detach_global: L's loss does not reach w (module docstring).
 
   Raises:
     ValueError: if the model has no place for attaching modules, or for an
@@ -478,7 +499,7 @@ def build_lindt(
       personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
       client_update_fn=lambda: build_client_update(
           model, client_learning_rate, mode, stop, attach_logits, learn_gates, own_global,
-          match_scale,
+          match_scale, detach_global,
       ),
       assemble_fn=assemble,
       initial_personal_state_fn=new_client_state,

@@ -50,6 +50,7 @@ class AlgorithmOptions:
     lindt_learn_gates: LINDT's gates get a learned personal offset each.
     lindt_own_global: LINDT's clients predict with the G they last trained with.
     lindt_match_scale: LINDT rescales the attached G^m to L^m's norm.
+    lindt_detach_global: LINDT's local loss does not train the global model.
     apfl_alpha: APFL's initial mixing weight of a new client.
     apfl_adaptive_alpha: APFL learns each client's alpha.
     apfl_alpha_learning_rate: APFL's alpha SGD rate (None: the client's).
@@ -95,6 +96,7 @@ class AlgorithmOptions:
   lindt_learn_gates: bool = False
   lindt_own_global: bool = False
   lindt_match_scale: bool = False
+  lindt_detach_global: bool = False
   apfl_alpha: float = 0.5
   apfl_adaptive_alpha: bool = True
   apfl_alpha_learning_rate: Optional[float] = None
@@ -247,6 +249,7 @@ def build_algorithm(
         learn_gates=options.lindt_learn_gates,
         own_global=options.lindt_own_global,
         match_scale=options.lindt_match_scale,
+        detach_global=options.lindt_detach_global,
         client_learning_rate=options.client_learning_rate,
         server=server,
     )

@@ -140,6 +140,12 @@ LINDT_MATCH_SCALE = flags.DEFINE_bool(
     ' (||L|| / ||G||) x G (our change; algorithms/lindt.py); False: G at its'
     ' own scale, as the paper.',
 )
+LINDT_DETACH_GLOBAL = flags.DEFINE_bool(
+    'lindt_detach_global', False,
+    "LINDT: the global model enters L's layers as a constant, so w is trained on"
+    " G's loss alone, as FedAvg's (our change; algorithms/lindt.py); False: the"
+    " gradient of L's loss reaches w through the attaching modules, as the paper.",
+)
 
 # APFL (Deng, Kamani, Mahdavi 2020).
 APFL_ALPHA = flags.DEFINE_float(
@@ -369,7 +375,7 @@ _RUN_FLAGS = (
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
     AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
     DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, LINDT_LEARN_GATES,
-    LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
+    LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, LINDT_DETACH_GLOBAL, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
     APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA, NFL_DETECTION,
     NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, NFL_FLAG_WHEN_BLIND,
@@ -445,6 +451,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       lindt_learn_gates=LINDT_LEARN_GATES.value,
       lindt_own_global=LINDT_OWN_GLOBAL.value,
       lindt_match_scale=LINDT_MATCH_SCALE.value,
+      lindt_detach_global=LINDT_DETACH_GLOBAL.value,
       apfl_alpha=APFL_ALPHA.value,
       apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
       apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,

@@ -65,6 +65,7 @@ COLUMNS = {
     'lindt_gates': 'LINDT, learned gates',
     'lindt_own': 'LINDT, own G',
     'lindt_scale': 'LINDT, G at L\'s scale',
+    'lindt_detach': 'LINDT, G detached from L\'s loss',
     'lindt_ft': 'LINDT (its fine-tuning run, as trained)',
     'lindt_ft+ft': 'LINDT + fine-tuning',
     'lindt_detect': 'LINDT on detection',
