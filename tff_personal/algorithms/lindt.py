@@ -78,6 +78,12 @@ carrying 3 rounds of that noise, 40 dual steps took G's loss to 2.7e5 and
 4.7e12 for 2 of 4 fmnist clients, at most 318 with the module detached
 (a by-hand script, session 16); FedAvg under the same noise at twice the
 learning rate (0.1, seeds 1 and 2, 10 rounds) kept its training loss under 12.
+Measured on fmnist, seeds 0-2 (commit ac68fe3's criterion, docs/results_nfl.md):
+no DP-noise-large run diverged (3 of 3 finished; beta -0.072, -0.203, -0.128
+against -0.073, -0.178, -0.092 for the paper's runs that finished), but the
+mean beta over default, active 10% and poisoned 50% fell from -0.048 to
+-0.069 (default +0.029 -> -0.035: L's loss makes a better G, central
+accuracy 0.616 -> 0.551 in seed 0). It stays off.
 
 Client loss: CE(G's logits) + CE(L's logits); one SGD step
 per batch updates w and v on it (L's loss reaches w through the attaching
