@@ -69,8 +69,10 @@ def main(argv):
     task = ef.build_task(check_sampling=False)
     ef.install_context()
     weights, states = _load(task, ef.build_algorithm(task), experiment)
-  models = lindt.DualModel(task.model, ef.LINDT_ATTACH_LOGITS.value, ef.LINDT_LEARN_GATES.value,
-                           ef.LINDT_MATCH_SCALE.value)
+  models = lindt.DualModel(task.model, lindt.Intertwining(
+      attach_logits=ef.LINDT_ATTACH_LOGITS.value, learn_gates=ef.LINDT_LEARN_GATES.value,
+      match_scale=ef.LINDT_MATCH_SCALE.value, detach_global=ef.LINDT_DETACH_GLOBAL.value,
+  ))
   per_client = []
   for client_id, state in states:
     client_global = weights

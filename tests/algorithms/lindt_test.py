@@ -200,7 +200,7 @@ def test_evaluate_predicts_with_the_local_logits(process, arrangement):
 
 
 def test_intertwinement_statistics(arrangement):
-  models = lindt.DualModel(MODEL, *arrangement)
+  models = lindt.DualModel(MODEL, lindt.Intertwining(*arrangement))
   rng = np.random.default_rng(5)
   w = [rng.normal(size=p.shape).astype(np.float32) for p in models.global_model.get_weights()]
   v = [rng.normal(size=p.shape).astype(np.float32) for p in models.local_model.get_weights()]

@@ -110,6 +110,7 @@ Modes:
 """
 
 import collections
+import dataclasses
 
 import numpy as np
 import tensorflow as tf
@@ -123,6 +124,16 @@ from tff_personal.tasks import base
 ModelWeights = tff.learning.models.ModelWeights
 MODES = ('always', 'on_detection')
 STOPS = ('persist', 'after_one_round')
+
+
+@dataclasses.dataclass(frozen=True)
+class Intertwining:
+  """How the dual model attaches G to L (module docstring: our changes)."""
+
+  attach_logits: bool = True
+  learn_gates: bool = False
+  match_scale: bool = False
+  detach_global: bool = False
 
 
 class AttachingModule(tf.keras.layers.Layer):
@@ -234,9 +245,7 @@ def check_chain(model_spec: base.ModelSpec) -> None:
 class DualModel:
   """G, L and the Keras dual model over their layers."""
 
-  def __init__(self, model_spec: base.ModelSpec, attach_logits: bool = True,
-               learn_gates: bool = False, match_scale: bool = False,
-               detach_global: bool = False):
+  def __init__(self, model_spec: base.ModelSpec, intertwining: Intertwining = Intertwining()):
     self.global_model = model_spec.build()
     self.local_model = model_spec.build()
     local_layers = {layer.name: layer for layer in self.local_model.layers}
@@ -252,12 +261,11 @@ class DualModel:
       for name in block:
         global_h = self.global_model.get_layer(name)(global_h)
         local_h = local_layers[name](local_h)
-      if index < last or attach_logits:
-        self.attaching_modules.append(
-            AttachingModule(
-                learn_gates, match_scale, detach_global, name=f'attach_{index + 1}'
-            )
-        )
+      if index < last or intertwining.attach_logits:
+        self.attaching_modules.append(AttachingModule(
+            intertwining.learn_gates, intertwining.match_scale, intertwining.detach_global,
+            name=f'attach_{index + 1}',
+        ))
         attached.append((global_h, local_h))
         local_h = self.attaching_modules[-1]([global_h, local_h])
     self.dual = tf.keras.Model(inputs, [global_h, local_h])
@@ -301,11 +309,9 @@ class DualModel:
 
 
 def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: str,
-                        stop: str, attach_logits: bool = True, learn_gates: bool = False,
-                        own_global: bool = False, match_scale: bool = False,
-                        detach_global: bool = False):
+                        stop: str, intertwining: Intertwining, own_global: bool = False):
   """The client's round (module docstring) as a `tf.function`."""
-  models = DualModel(model_spec, attach_logits, learn_gates, match_scale, detach_global)
+  models = DualModel(model_spec, intertwining)
   loss_fn = model_spec.loss()
   # G's training metrics, as FedAvg reports them, over G's own layers.
   metrics_model = tff.learning.models.from_keras_model(
@@ -406,11 +412,11 @@ def with_zero_offsets(weights: ModelWeights, num_offsets: int) -> ModelWeights:
   )
 
 
-def predictor_spec(model_spec: base.ModelSpec, attach_logits: bool = True,
-                   learn_gates: bool = False, match_scale: bool = False) -> base.ModelSpec:
+def predictor_spec(model_spec: base.ModelSpec,
+                   intertwining: Intertwining = Intertwining()) -> base.ModelSpec:
   """A ModelSpec whose model is the dual model's L output (for evaluation)."""
   return base.ModelSpec(
-      build=lambda: DualModel(model_spec, attach_logits, learn_gates, match_scale).predictor,
+      build=lambda: DualModel(model_spec, intertwining).predictor,
       blocks=model_spec.blocks,
       loss=model_spec.loss,
       metrics=model_spec.metrics,
@@ -456,9 +462,10 @@ def build_lindt(
   if mode == 'on_detection' and server.nfl_detector is None:
     raise ValueError("LINDT's on_detection mode needs the NFL detector.")
   check_chain(model)
+  intertwining = Intertwining(attach_logits, learn_gates, match_scale, detach_global)
   initial_weights = model.initial_weights(server.seed)
   with tf.Graph().as_default():
-    dual_model = DualModel(model, attach_logits, learn_gates, match_scale)
+    dual_model = DualModel(model, intertwining)
     trainable_order, non_trainable_order = dual_model.predictor_arrangement()
     num_offsets = len(dual_model.personal_weights.trainable) - len(
         dual_model.local_model.trainable_weights
@@ -504,12 +511,15 @@ def build_lindt(
       initial_shared_weights=initial_weights,
       personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
       client_update_fn=lambda: build_client_update(
-          model, client_learning_rate, mode, stop, attach_logits, learn_gates, own_global,
-          match_scale, detach_global,
+          model, client_learning_rate, mode, stop, intertwining, own_global
       ),
       assemble_fn=assemble,
       initial_personal_state_fn=new_client_state,
       server=server,
-      evaluation_model=predictor_spec(model, attach_logits, learn_gates, match_scale),
+      # Detaching changes no forward pass; the predictor (and so fine-tuning
+      # before evaluation) keeps G's gradient through the modules.
+      evaluation_model=predictor_spec(
+          model, dataclasses.replace(intertwining, detach_global=False)
+      ),
       client_takes_nfl_flag=mode == 'on_detection',
   )
