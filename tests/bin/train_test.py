@@ -126,9 +126,10 @@ def test_target_epsilon_run_calibrates_and_reports_its_budget(capsys, cache_dir,
   run_main(SMALL_RUN + [
       f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}', '--experiment_name=dp',
       '--total_rounds=2', '--algorithm=fedavg', '--dp_clip_norm=0.01',
-      '--dp_target_epsilon=5',
+      '--dp_target_epsilon=5', '--dp_noise_seed=0',
   ])
   summary = outputs.read_json(outputs.ExperimentDir(str(tmp_path), 'dp').summary_path)
+  assert summary['run_config']['dp_noise_seed'] == 0
   population = summary['num_clients']
   delta = accounting.default_delta(population)
   noise = summary['run_config']['dp_resolved_noise_multiplier']
@@ -144,7 +145,7 @@ def test_target_epsilon_run_calibrates_and_reports_its_budget(capsys, cache_dir,
     run_main(SMALL_RUN + [
         f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}', '--experiment_name=dp',
         '--total_rounds=4', '--algorithm=fedavg', '--dp_clip_norm=0.01',
-        '--dp_target_epsilon=5',
+        '--dp_target_epsilon=5', '--dp_noise_seed=0',
     ])
   assert '--dp_resolved_noise_multiplier=' in one_line_error(capsys, excinfo)
 
@@ -237,6 +238,10 @@ def test_bad_fedper_flags(argv, expected, capsys, cache_dir, tmp_path):
          '--attack=label_poison needs --attack_fraction in (0, 1), got 0.'),
         (['--algorithm=fedavg', '--dp_noise_multiplier=1'],
          '--dp_noise_multiplier needs DP: give --dp_clip_norm or --dp_adaptive_clipping.'),
+        (['--algorithm=fedavg', '--dp_noise_seed=3'],
+         '--dp_noise_seed needs DP: give --dp_clip_norm or --dp_adaptive_clipping.'),
+        (['--algorithm=fedavg', '--dp_adaptive_clipping', '--dp_noise_seed=3'],
+         '--dp_noise_seed needs --dp_clip_norm: adaptive clipping also draws noise'),
         (['--algorithm=local', '--dp_clip_norm=1'],
          '--algorithm=local sends no update: DP flags apply to fedavg'),
         (['--algorithm=fedavg', '--dp_clip_norm=1', '--aggregator=median'],

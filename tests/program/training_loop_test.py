@@ -29,8 +29,9 @@ _PROCESSES = {}
 
 
 def process_for(algorithm):
-  """The process of `algorithm`, of 'ditto_grid' (Ditto, per-client lambda) or
-  of 'fedper_nfl' (FedPer with the NFL detector) or of 'lindt_on_detection'."""
+  """The process of `algorithm`, of 'ditto_grid' (Ditto, per-client lambda),
+  'fedper_nfl' (FedPer with the NFL detector), 'lindt_on_detection' or
+  'fedavg_dp_seeded' (DP with seeded noise in the update and the detector)."""
   if algorithm not in _PROCESSES:
     if algorithm == 'ditto_grid':
       options = dataclasses.replace(OPTIONS, ditto_lambda_grid=(0.0, 0.1, 1.0))
@@ -46,6 +47,12 @@ def process_for(algorithm):
           lindt_mode='on_detection', lindt_stop='after_one_round',
       )
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm('lindt', TASK, options)
+    elif algorithm == 'fedavg_dp_seeded':  # Resumes bit for bit only if the noise repeats.
+      options = dataclasses.replace(
+          OPTIONS, dp_clip_norm=1.0, dp_noise_multiplier=0.5, dp_noise_seed=4,
+          nfl_detection=True, nfl_warmup_rounds=1, nfl_window=2, nfl_threshold=0.0,
+      )
+      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedavg', TASK, options)
     else:
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm(algorithm, TASK, OPTIONS)
   return _PROCESSES[algorithm]
@@ -72,7 +79,8 @@ def without_timing(rows):
 
 @pytest.mark.parametrize(
     'algorithm',
-    algorithm_registry.ALGORITHM_NAMES + ('ditto_grid', 'fedper_nfl', 'lindt_on_detection'),
+    algorithm_registry.ALGORITHM_NAMES
+    + ('ditto_grid', 'fedper_nfl', 'lindt_on_detection', 'fedavg_dp_seeded'),
 )
 def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   summary = train(algorithm, tmp_path, 'full')

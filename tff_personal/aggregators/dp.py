@@ -23,6 +23,11 @@ applies to whatever an algorithm sends (FedAvg's model update, FedPer's base
 update, Ditto's global update); personal variables never leave the client
 and take no noise.
 
+The noise is TFF's unseeded draw unless `noise_seed` is given: then
+`privacy.seeded_query` draws it from that seed and the aggregator's state, so
+a simulation repeats (and resumes) with the same noise. Only for simulations:
+whoever knows the seed can remove the noise.
+
   aggregate: (<{U}@CLIENTS, {float32}@CLIENTS> -> mean of the clipped U + noise @SERVER)
 """
 
@@ -32,6 +37,13 @@ from typing import Optional
 
 import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import differential_privacy as tff_dp
+import tensorflow_privacy as tfp
+
+from tff_personal.privacy import seeded_query
+
+# Seed streams of the two seeded DP means of a round: the update, and the NFL
+# detector's squared norms.
+UPDATE_NOISE_STREAM, DETECTOR_NOISE_STREAM = 0, 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +53,7 @@ class DpSetting:
   noise_multiplier: float
   clip_norm: float
   clients_per_round: int
+  noise_seed: Optional[int] = None
 
   def expected_noise_squared_norm(self, num_parameters: int) -> float:
     return expected_noise_squared_norm(
@@ -68,6 +81,7 @@ def build_dp_aggregator(
     adaptive: bool = False,
     initial_clip_norm: float = 0.1,
     target_quantile: float = 0.5,
+    noise_seed: Optional[int] = None,
 ) -> tff.aggregators.WeightedAggregationFactory:
   """DP-FedAvg's aggregator (module docstring), weights ignored.
 
@@ -79,16 +93,23 @@ def build_dp_aggregator(
       `initial_clip_norm` (then `clip_norm` must be None).
     initial_clip_norm: C0 of adaptive clipping.
     target_quantile: the quantile of update norms adaptive clipping tracks.
+    noise_seed: draw the noise from this seed (fixed clipping only; module
+      docstring); None: TFF's unseeded noise.
 
   Raises:
-    ValueError: for a negative z, a non-positive C or K, or a missing or
-      doubly given clipping choice.
+    ValueError: for a negative z, a non-positive C or K, a missing or
+      doubly given clipping choice, or a noise seed with adaptive clipping.
   """
   if noise_multiplier < 0:
     raise ValueError(f'The noise multiplier must be >= 0, got {noise_multiplier}.')
   if clients_per_round < 1:
     raise ValueError(f'clients_per_round must be >= 1, got {clients_per_round}.')
   if adaptive:
+    if noise_seed is not None:
+      raise ValueError(
+          'Seeded DP noise needs fixed clipping: adaptive clipping draws noise'
+          " in tensorflow-privacy's quantile estimate too."
+      )
     if clip_norm is not None:
       raise ValueError('Give a fixed clip norm or adaptive clipping, not both.')
     if not 0 < target_quantile < 1 or initial_clip_norm <= 0:
@@ -104,10 +125,29 @@ def build_dp_aggregator(
   else:
     if clip_norm is None or not clip_norm > 0:
       raise ValueError(f'The clip norm must be > 0, got {clip_norm}.')
-    factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        noise_multiplier, float(clients_per_round), clip_norm
+    factory = _gaussian_fixed(
+        noise_multiplier, clients_per_round, clip_norm, noise_seed, UPDATE_NOISE_STREAM
     )
   return tff.aggregators.as_weighted_aggregator(factory)
+
+
+def _gaussian_fixed(
+    noise_multiplier: float, clients_per_round: int, clip_norm: float,
+    noise_seed: Optional[int], stream: int,
+) -> tff.aggregators.UnweightedAggregationFactory:
+  """TFF's `gaussian_fixed` DP mean; with `noise_seed`, its seeded twin."""
+  if noise_seed is None:
+    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+        noise_multiplier, float(clients_per_round), clip_norm
+    )
+  # The query `gaussian_fixed` builds, with the seeded sum inside.
+  query = tfp.NormalizedQuery(
+      seeded_query.SeededGaussianSumQuery(
+          clip_norm, clip_norm * noise_multiplier, (noise_seed, stream)
+      ),
+      denominator=float(clients_per_round),
+  )
+  return tff.aggregators.DifferentiallyPrivateFactory(query)
 
 
 def build_squared_norm_aggregator(setting: DpSetting) -> tff.aggregators.UnweightedAggregationFactory:
@@ -120,10 +160,12 @@ def build_squared_norm_aggregator(setting: DpSetting) -> tff.aggregators.Unweigh
   """
   from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
 
-  return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+  return _gaussian_fixed(
       accounting.DETECTOR_NOISE_FACTOR * setting.noise_multiplier,
-      float(setting.clients_per_round),
+      setting.clients_per_round,
       setting.clip_norm**2,
+      setting.noise_seed,
+      DETECTOR_NOISE_STREAM,
   )
 
 

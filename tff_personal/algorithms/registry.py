@@ -70,6 +70,8 @@ class AlgorithmOptions:
     dp_initial_clip_norm: adaptive clipping's initial C.
     dp_target_quantile: adaptive clipping's target quantile of update norms.
     dp_noise_multiplier: DP's noise multiplier z (0: clipping only).
+    dp_noise_seed: draw DP's noise from this seed (fixed clipping; None:
+      TFF's unseeded noise).
     nfl_detection: adds the NFL detector to the server (`nfl.detector`).
     nfl_warmup_rounds: the detector's warm-up rounds r'.
     nfl_window: the detector's moving window (rounds).
@@ -114,6 +116,7 @@ class AlgorithmOptions:
   dp_initial_clip_norm: float = 0.1
   dp_target_quantile: float = 0.5
   dp_noise_multiplier: float = 0.0
+  dp_noise_seed: Optional[int] = None
   nfl_detection: bool = False
   nfl_warmup_rounds: int = 5
   nfl_window: int = 3
@@ -164,6 +167,7 @@ def build_algorithm(
         adaptive=options.dp_adaptive_clipping,
         initial_clip_norm=options.dp_initial_clip_norm,
         target_quantile=options.dp_target_quantile,
+        noise_seed=options.dp_noise_seed,
     )
   elif options.aggregator != 'mean':
     model_aggregator = robust.build_aggregator(
@@ -191,7 +195,8 @@ def build_algorithm(
     )
     if options.dp_clip_norm is not None:
       server_extras['dp_setting'] = dp.DpSetting(
-          options.dp_noise_multiplier, options.dp_clip_norm, options.clients_per_round
+          options.dp_noise_multiplier, options.dp_clip_norm, options.clients_per_round,
+          options.dp_noise_seed,
       )
     elif options.dp_adaptive_clipping:
       raise ValueError(

@@ -246,6 +246,12 @@ flags.register_validator(
     'dp_target_epsilon', lambda value: value is None or value > 0,
     message='--dp_target_epsilon must be > 0.',
 )
+DP_NOISE_SEED = flags.DEFINE_integer(
+    'dp_noise_seed', None,
+    'DP with fixed clipping: draw the noise from this seed, so that a run repeats'
+    ' and resumes with the same noise (privacy/seeded_query.py). For simulations'
+    " only: whoever knows the seed can remove the noise. Default: TFF's unseeded noise.",
+)
 DP_DELTA = flags.DEFINE_float(
     'dp_delta', None, 'DP: delta of the reported epsilon; default 1 / N^1.1 (N clients).'
 )
@@ -377,7 +383,8 @@ _RUN_FLAGS = (
     DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, LINDT_LEARN_GATES,
     LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, LINDT_DETACH_GLOBAL, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
     APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
-    DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA, NFL_DETECTION,
+    DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_NOISE_SEED, DP_DELTA,
+    NFL_DETECTION,
     NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, NFL_FLAG_WHEN_BLIND,
     FINETUNE_EPOCHS,
     FINETUNE_LEARNING_RATE,
@@ -469,6 +476,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       dp_initial_clip_norm=DP_INITIAL_CLIP_NORM.value,
       dp_target_quantile=DP_TARGET_QUANTILE.value,
       dp_noise_multiplier=_DP.noise_multiplier if _DP else 0.0,
+      dp_noise_seed=DP_NOISE_SEED.value,
       nfl_detection=NFL_DETECTION.value,
       nfl_warmup_rounds=NFL_WARMUP_ROUNDS.value,
       nfl_window=NFL_WINDOW.value,
@@ -701,7 +709,7 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
   """Checks the DP flags; calibrates the noise to --dp_target_epsilon."""
   dp_on = DP_CLIP_NORM.value is not None or DP_ADAPTIVE_CLIPPING.value
   if not dp_on:
-    for flag in (DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_DELTA):
+    for flag in (DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_NOISE_SEED, DP_DELTA):
       if flag.value is not None:
         raise UsageError(
             f'--{flag.name} needs DP: give --dp_clip_norm or --dp_adaptive_clipping.'
@@ -709,6 +717,11 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
     return None
   if DP_CLIP_NORM.value is not None and DP_ADAPTIVE_CLIPPING.value:
     raise UsageError('--dp_clip_norm and --dp_adaptive_clipping exclude each other.')
+  if DP_NOISE_SEED.value is not None and DP_ADAPTIVE_CLIPPING.value:
+    raise UsageError(
+        '--dp_noise_seed needs --dp_clip_norm: adaptive clipping also draws noise'
+        " in tensorflow-privacy's quantile estimate, which cannot be seeded."
+    )
   if ALGORITHM.value not in algorithm_registry.AGGREGATING_ALGORITHMS:
     raise UsageError(
         f'--algorithm={ALGORITHM.value} sends no update: DP flags apply to '
