@@ -57,6 +57,7 @@ SETTINGS = {
 }
 COLUMNS = {
     'fedavg': 'FedAvg',
+    'local_sampled': 'Local, sampled rounds only',
     'fedprox': 'FedProx',
     'trimmed': 'trimmed mean',
     'fedavg+ft': 'FB (fine-tuning)',
