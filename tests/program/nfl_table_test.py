@@ -13,14 +13,14 @@ ACC = 'sparse_categorical_accuracy'
 
 def write_run(root, name, accuracies, *, classes=5, seed=0, clients_per_round=2,
               central=None, flagged=None, round_flagged=-1, adversaries=(),
-              before_finetune=None):
+              before_finetune=None, config=None):
   """A finished run: run_config.json, summary.json and eval_per_client.csv
   (evaluated at rounds 10 and 20)."""
   path = os.path.join(root, name)
   os.makedirs(path)
   with open(os.path.join(path, 'run_config.json'), 'w') as f:
     json.dump({'task': 'fmnist', 'classes_per_client': classes, 'seed': seed,
-               'clients_per_round': clients_per_round, 'total_rounds': 20}, f)
+               'clients_per_round': clients_per_round, 'total_rounds': 20, **(config or {})}, f)
   final = {'eval/accuracy_mean': sum(
       a for c, a in accuracies.items() if c not in adversaries
   ) / sum(c not in adversaries for c in accuracies)}
@@ -109,6 +109,21 @@ def test_beta_is_against_the_settings_local_run_at_the_last_round(table):
 def test_the_local_run_is_the_one_with_the_same_data_and_seed(table):
   assert table[('full_2', 'fedavg')][0].beta == pytest.approx(0.1)  # classes_2's Local.
   assert table[('classes_10', 'fedavg')][0].beta is None
+
+
+def test_data_paths_match_once_resolved(tmp_path):
+  """Runs made from two checkouts record the same data file spelled two ways."""
+  root = str(tmp_path)
+  spelled = lambda checkout: {'femnist_path': os.path.join(root, checkout, '..', 'data.npz')}
+  dirs = {
+      ('default', 'local', 0): write_run(root, 'l', {'a': 0.5}, config=spelled('main')),
+      ('default', 'fedavg', 0): write_run(root, 'f', {'a': 0.7}, config=spelled('other')),
+  }
+  assert nfl_table.collect(dirs)[('default', 'fedavg')][0].beta == pytest.approx(0.2)
+  dirs[('default', 'fedavg', 0)] = write_run(
+      root, 'g', {'a': 0.7}, config={'femnist_path': os.path.join(root, 'elsewhere.npz')}
+  )
+  assert nfl_table.collect(dirs)[('default', 'fedavg')][0].beta is None
 
 
 def test_other_knobs_use_the_default_local_and_benign_clients_only(table):

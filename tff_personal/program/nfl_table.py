@@ -151,10 +151,18 @@ def results_of_run(
   return {column: result('', accuracy)}
 
 
+# Of those, the paths: compared once resolved, since runs made from another
+# checkout of the repository record its own spelling of the same file.
+_PATH_FLAGS = ('data_dir', 'femnist_path', 'cache_dir')
+
+
 def private_model_key(experiment_dir: str) -> tuple:
   """The run's `PRIVATE_MODEL_FLAGS` values (from its run_config.json)."""
   with open(os.path.join(experiment_dir, 'run_config.json')) as f:
     config = json.load(f)
+  for name in _PATH_FLAGS:
+    if config.get(name):
+      config[name] = os.path.realpath(config[name])
   return tuple(json.dumps(config.get(name)) for name in PRIVATE_MODEL_FLAGS)
 
 
