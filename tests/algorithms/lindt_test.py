@@ -1,6 +1,7 @@
 """LINDT's dual model: the attaching module, one exact round, what is sent."""
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,8 +10,10 @@ import tensorflow_federated as tff
 
 from tests import test_utils
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
+from tff_personal.aggregators import dp
 from tff_personal.algorithms import lindt
 from tff_personal.algorithms import shared_model
+from tff_personal.nfl import detector
 from tff_personal.tasks import cifar100
 
 LEARNING_RATE = 0.1
@@ -275,6 +278,36 @@ def test_own_global_predicts_with_the_kept_global_model(own_global_process):
   shifted = logits - logits.max(axis=1, keepdims=True)
   log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
   assert result['loss'] == pytest.approx(-np.mean(log_p[np.arange(len(y)), y]), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    'noise_multiplier, with_detector, when_blind, detached',
+    [(1.0, True, True, True),  # The detector is blind: G detached.
+     (0.01, True, True, False),  # It sees through this noise.
+     (1.0, True, False, False),  # The rule switched off.
+     (1.0, False, True, False)],  # No detector: nothing is blind.
+)
+def test_g_is_detached_while_dp_noise_blinds_the_detector(
+    noise_multiplier, with_detector, when_blind, detached
+):
+  config = detector.DetectorConfig(warmup_rounds=1, window=1, threshold=0.1)
+  server = shared_model.ServerOptions(
+      nfl_detector=config if with_detector else None,
+      dp_setting=dp.DpSetting(noise_multiplier, clip_norm=1.0, clients_per_round=2),
+  )
+  # 1,000 weights, K = 2, C = 1 (nfl/detector.py): sqrt(2000 s^4 + 4 s^2 + (10 z / 2)^2) / 2
+  # with s = z / 2: noise 6.1x the largest divergence at z = 1, 2.6% at z = 0.01.
+  ratio = shared_model.detector_noise_to_signal(server, 1000)
+  assert ratio == pytest.approx(
+      {(1.0, True): 6.144, (0.01, True): 0.0255}.get((noise_multiplier, with_detector), 0.0),
+      rel=2e-3,
+  )
+  for paper in (lindt.Intertwining(), lindt.Intertwining(attach_logits=False, match_scale=True)):
+    resolved = lindt.resolve_intertwining(paper, server, 1000, when_blind)
+    assert resolved == dataclasses.replace(paper, detach_global=detached)
+  # Detached by its own flag, it stays detached.
+  always = lindt.Intertwining(detach_global=True)
+  assert lindt.resolve_intertwining(always, server, 1000, when_blind) == always
 
 
 def test_a_model_with_skip_connections_across_blocks_is_refused():

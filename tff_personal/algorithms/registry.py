@@ -51,6 +51,7 @@ class AlgorithmOptions:
     lindt_own_global: LINDT's clients predict with the G they last trained with.
     lindt_match_scale: LINDT rescales the attached G^m to L^m's norm.
     lindt_detach_global: LINDT's local loss does not train the global model.
+    lindt_detach_when_blind: the same while DP noise blinds the NFL detector.
     apfl_alpha: APFL's initial mixing weight of a new client.
     apfl_adaptive_alpha: APFL learns each client's alpha.
     apfl_alpha_learning_rate: APFL's alpha SGD rate (None: the client's).
@@ -99,6 +100,7 @@ class AlgorithmOptions:
   lindt_own_global: bool = False
   lindt_match_scale: bool = False
   lindt_detach_global: bool = False
+  lindt_detach_when_blind: bool = True
   apfl_alpha: float = 0.5
   apfl_adaptive_alpha: bool = True
   apfl_alpha_learning_rate: Optional[float] = None
@@ -255,6 +257,7 @@ def build_algorithm(
         own_global=options.lindt_own_global,
         match_scale=options.lindt_match_scale,
         detach_global=options.lindt_detach_global,
+        detach_when_blind=options.lindt_detach_when_blind,
         client_learning_rate=options.client_learning_rate,
         server=server,
     )

@@ -104,6 +104,20 @@ class ServerOptions:
   dp_setting: Optional[dp.DpSetting] = None
 
 
+def detector_noise_to_signal(server: ServerOptions, num_parameters: int) -> float:
+  """`nfl.detector.noise_to_signal` of the server's detector under its DP, for
+  a shared model of `num_parameters` weights (0 without the detector or DP)."""
+  if server.nfl_detector is None or server.dp_setting is None:
+    return 0.0
+  from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
+
+  setting = server.dp_setting
+  return detector_lib.noise_to_signal(
+      num_parameters, setting.noise_multiplier, setting.clip_norm, setting.clients_per_round,
+      accounting.DETECTOR_NOISE_FACTOR, server.nfl_detector.window,
+  )
+
+
 def build_process(
     model: base.ModelSpec,
     *,
@@ -191,12 +205,7 @@ def build_process(
   initial_detector_fn = None
   if nfl_detector is not None and dp_setting is not None:
     num_parameters = dp.num_parameters(shared_type.trainable)
-    from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
-
-    ratio = detector_lib.noise_to_signal(
-        num_parameters, dp_setting.noise_multiplier, dp_setting.clip_norm,
-        dp_setting.clients_per_round, accounting.DETECTOR_NOISE_FACTOR, nfl_detector.window,
-    )
+    ratio = detector_noise_to_signal(server, num_parameters)
     nfl_detector = dataclasses.replace(
         nfl_detector, noise_squared_norm=dp_setting.expected_noise_squared_norm(num_parameters),
         noise_to_signal=ratio,

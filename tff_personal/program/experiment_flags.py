@@ -146,6 +146,12 @@ LINDT_DETACH_GLOBAL = flags.DEFINE_bool(
     " G's loss alone, as FedAvg's (our change; algorithms/lindt.py); False: the"
     " gradient of L's loss reaches w through the attaching modules, as the paper.",
 )
+LINDT_DETACH_WHEN_BLIND = flags.DEFINE_bool(
+    'lindt_detach_when_blind', True,
+    "LINDT: detach G from L's loss (as --lindt_detach_global) while the DP noise"
+    ' blinds the NFL detector (noise_to_signal > 1; our change, algorithms/lindt.py:'
+    ' dual training on a noise-dominated G diverged).',
+)
 
 # APFL (Deng, Kamani, Mahdavi 2020).
 APFL_ALPHA = flags.DEFINE_float(
@@ -381,7 +387,8 @@ _RUN_FLAGS = (
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
     AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
     DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, LINDT_LEARN_GATES,
-    LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, LINDT_DETACH_GLOBAL, APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
+    LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, LINDT_DETACH_GLOBAL, LINDT_DETACH_WHEN_BLIND,
+    APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
     APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_NOISE_SEED, DP_DELTA,
     NFL_DETECTION,
@@ -459,6 +466,7 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
       lindt_own_global=LINDT_OWN_GLOBAL.value,
       lindt_match_scale=LINDT_MATCH_SCALE.value,
       lindt_detach_global=LINDT_DETACH_GLOBAL.value,
+      lindt_detach_when_blind=LINDT_DETACH_WHEN_BLIND.value,
       apfl_alpha=APFL_ALPHA.value,
       apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
       apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,
