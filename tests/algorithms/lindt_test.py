@@ -281,27 +281,28 @@ def test_own_global_predicts_with_the_kept_global_model(own_global_process):
 
 
 @pytest.mark.parametrize(
-    'noise_multiplier, with_detector, when_blind, detached',
-    [(1.0, True, True, True),  # The detector is blind: G detached.
-     (0.01, True, True, False),  # It sees through this noise.
-     (1.0, True, False, False),  # The rule switched off.
-     (1.0, False, True, False)],  # No detector: nothing is blind.
+    'noise_multiplier, window, when_blind, detached',
+    [(1.0, 1, True, True),  # A detector would be blind: G detached.
+     (1.0, None, True, True),  # The same without the detector (one round).
+     (1.0, 40, True, False),  # Averaged over 40 rounds the detector sees.
+     (0.01, 1, True, False),  # It sees through this noise.
+     (1.0, 1, False, False),  # The rule switched off.
+     (None, 1, True, False)],  # No DP.
 )
-def test_g_is_detached_while_dp_noise_blinds_the_detector(
-    noise_multiplier, with_detector, when_blind, detached
+def test_g_is_detached_while_dp_noise_would_blind_the_detector(
+    noise_multiplier, window, when_blind, detached
 ):
-  config = detector.DetectorConfig(warmup_rounds=1, window=1, threshold=0.1)
   server = shared_model.ServerOptions(
-      nfl_detector=config if with_detector else None,
-      dp_setting=dp.DpSetting(noise_multiplier, clip_norm=1.0, clients_per_round=2),
+      nfl_detector=window and detector.DetectorConfig(warmup_rounds=1, window=window,
+                                                       threshold=0.1),
+      dp_setting=noise_multiplier and dp.DpSetting(noise_multiplier, clip_norm=1.0,
+                                                   clients_per_round=2),
   )
   # 1,000 weights, K = 2, C = 1 (nfl/detector.py): sqrt(2000 s^4 + 4 s^2 + (10 z / 2)^2) / 2
-  # with s = z / 2: noise 6.1x the largest divergence at z = 1, 2.6% at z = 0.01.
-  ratio = shared_model.detector_noise_to_signal(server, 1000)
-  assert ratio == pytest.approx(
-      {(1.0, True): 6.144, (0.01, True): 0.0255}.get((noise_multiplier, with_detector), 0.0),
-      rel=2e-3,
-  )
+  # with s = z / 2, over sqrt(window): noise 6.1x the largest divergence at z = 1,
+  # 0.97x over 40 rounds, 2.6% at z = 0.01.
+  expected = {1.0: 6.144, 0.01: 0.0255, None: 0.0}[noise_multiplier] / np.sqrt(window or 1)
+  assert shared_model.dp_noise_to_signal(server, 1000) == pytest.approx(expected, rel=2e-3)
   for paper in (lindt.Intertwining(), lindt.Intertwining(attach_logits=False, match_scale=True)):
     resolved = lindt.resolve_intertwining(paper, server, 1000, when_blind)
     assert resolved == dataclasses.replace(paper, detach_global=detached)

@@ -85,15 +85,16 @@ mean beta over default, active 10% and poisoned 50% fell from -0.048 to
 -0.069 (default +0.029 -> -0.035: L's loss makes a better G, central
 accuracy 0.616 -> 0.551 in seed 0). It stays off.
 
-G is detached the same way, whatever `detach_global` says, while the
-server's DP noise blinds the NFL detector (`detach_when_blind`, on by
-default; `nfl.detector.noise_to_signal` > 1, known from z, C, K and the model
-size before round 1). A blind detector flags NFL at its first armed round
-(it fails closed), which starts on-detection LINDT's dual training on a
-global model that is mostly noise; with L's loss reaching w, that training
-diverged in 3 of 3 fmnist runs under DP noise large (rounds 7-9, session
-17), as 9 of 14 always-mode runs there had; detached, 3 of 3 finished
-(session 16). Where the detector can see, nothing changes.
+G is detached the same way, whatever `detach_global` says, when the
+server's DP noise would blind the NFL detector (`detach_when_blind`, on by
+default): `nfl.detector.noise_to_signal` > 1 over the detector's window, or
+over one round without the detector, known from z, C, K and the model size
+before round 1. The global model is then mostly noise, and with L's loss
+reaching w, dual training on it diverged: in 9 of 14 fmnist always-mode runs
+under DP noise large (session 16) and in 3 of 3 on-detection runs there,
+which a blind detector switches to dual training at its first armed round
+(session 17); detached, 3 of 3 of each finished. Where the noise is below
+that bound (every non-DP and DP-moderate run) nothing changes.
 
 Client loss: CE(G's logits) + CE(L's logits); one SGD step
 per batch updates w and v on it (L's loss reaches w through the attaching
@@ -437,11 +438,14 @@ def predictor_spec(model_spec: base.ModelSpec,
 
 def resolve_intertwining(intertwining: Intertwining, server: shared_model.ServerOptions,
                          num_parameters: int, detach_when_blind: bool) -> Intertwining:
-  """`intertwining`, with G detached while DP noise blinds the server's NFL
-  detector (module docstring) if `detach_when_blind`."""
-  blind = shared_model.detector_noise_to_signal(server, num_parameters) > 1
+  """`intertwining`, with G detached when the server's DP noise would blind
+  the NFL detector (module docstring) if `detach_when_blind`."""
+  blind = shared_model.dp_noise_to_signal(server, num_parameters) > 1
   if detach_when_blind and blind and not intertwining.detach_global:
-    logging.info("LINDT: DP noise blinds the NFL detector; G is detached from L's loss.")
+    logging.info(
+        "LINDT: the DP noise exceeds any divergence a round can show (noise_to_signal"
+        " > 1); G is detached from L's loss."
+    )
     return dataclasses.replace(intertwining, detach_global=True)
   return intertwining
 
@@ -475,8 +479,8 @@ def build_lindt(
       with L intertwined with it (module docstring).
     match_scale: the attached G^m is rescaled to L^m's norm (module docstring).
     detach_global: L's loss does not reach w (module docstring).
-    detach_when_blind: detach_global while DP noise blinds the server's NFL
-      detector (module docstring).
+    detach_when_blind: detach_global when the server's DP noise would blind
+      the NFL detector (module docstring).
 
   Raises:
     ValueError: if the model has no place for attaching modules, or for an

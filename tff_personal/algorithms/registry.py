@@ -51,7 +51,7 @@ class AlgorithmOptions:
     lindt_own_global: LINDT's clients predict with the G they last trained with.
     lindt_match_scale: LINDT rescales the attached G^m to L^m's norm.
     lindt_detach_global: LINDT's local loss does not train the global model.
-    lindt_detach_when_blind: the same while DP noise blinds the NFL detector.
+    lindt_detach_when_blind: the same when DP noise would blind the NFL detector.
     apfl_alpha: APFL's initial mixing weight of a new client.
     apfl_adaptive_alpha: APFL learns each client's alpha.
     apfl_alpha_learning_rate: APFL's alpha SGD rate (None: the client's).
@@ -183,6 +183,11 @@ def build_algorithm(
         target_quantile=options.aggregator_target_quantile,
     )
   server_extras = {}
+  if options.dp_clip_norm is not None:
+    server_extras['dp_setting'] = dp.DpSetting(
+        options.dp_noise_multiplier, options.dp_clip_norm, options.clients_per_round,
+        options.dp_noise_seed,
+    )
   if options.nfl_detection:
     if name not in DETECTOR_ALGORITHMS:
       raise ValueError(
@@ -195,12 +200,7 @@ def build_algorithm(
         cohort_correction=options.nfl_cohort_correction,
         flag_when_blind=options.nfl_flag_when_blind,
     )
-    if options.dp_clip_norm is not None:
-      server_extras['dp_setting'] = dp.DpSetting(
-          options.dp_noise_multiplier, options.dp_clip_norm, options.clients_per_round,
-          options.dp_noise_seed,
-      )
-    elif options.dp_adaptive_clipping:
+    if options.dp_adaptive_clipping:
       raise ValueError(
           "The NFL detector's noise correction needs a fixed DP clip norm, not"
           ' adaptive clipping.'

@@ -93,7 +93,8 @@ class ServerOptions:
       update.
     dp_setting: the fixed-clipping DP of `model_aggregator`: the NFL
       statistic then uses the clipped norms, is itself a DP mean, and adds
-      back the noise's expected squared norm.
+      back the noise's expected squared norm (`dp_noise_to_signal` reads it
+      with or without the detector).
   """
 
   learning_rate: float = 1.0
@@ -104,17 +105,18 @@ class ServerOptions:
   dp_setting: Optional[dp.DpSetting] = None
 
 
-def detector_noise_to_signal(server: ServerOptions, num_parameters: int) -> float:
-  """`nfl.detector.noise_to_signal` of the server's detector under its DP, for
-  a shared model of `num_parameters` weights (0 without the detector or DP)."""
-  if server.nfl_detector is None or server.dp_setting is None:
+def dp_noise_to_signal(server: ServerOptions, num_parameters: int) -> float:
+  """`nfl.detector.noise_to_signal` under the server's fixed-clipping DP, for a
+  shared model of `num_parameters` weights: over the detector's window, or
+  over one round without the detector (0 without DP)."""
+  if server.dp_setting is None:
     return 0.0
   from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
 
   setting = server.dp_setting
   return detector_lib.noise_to_signal(
       num_parameters, setting.noise_multiplier, setting.clip_norm, setting.clients_per_round,
-      accounting.DETECTOR_NOISE_FACTOR, server.nfl_detector.window,
+      accounting.DETECTOR_NOISE_FACTOR, server.nfl_detector.window if server.nfl_detector else 1,
   )
 
 
@@ -205,7 +207,7 @@ def build_process(
   initial_detector_fn = None
   if nfl_detector is not None and dp_setting is not None:
     num_parameters = dp.num_parameters(shared_type.trainable)
-    ratio = detector_noise_to_signal(server, num_parameters)
+    ratio = dp_noise_to_signal(server, num_parameters)
     nfl_detector = dataclasses.replace(
         nfl_detector, noise_squared_norm=dp_setting.expected_noise_squared_norm(num_parameters),
         noise_to_signal=ratio,

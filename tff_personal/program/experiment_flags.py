@@ -148,9 +148,10 @@ LINDT_DETACH_GLOBAL = flags.DEFINE_bool(
 )
 LINDT_DETACH_WHEN_BLIND = flags.DEFINE_bool(
     'lindt_detach_when_blind', True,
-    "LINDT: detach G from L's loss (as --lindt_detach_global) while the DP noise"
-    ' blinds the NFL detector (noise_to_signal > 1; our change, algorithms/lindt.py:'
-    ' dual training on a noise-dominated G diverged).',
+    "LINDT: detach G from L's loss (as --lindt_detach_global) when the DP noise"
+    ' would blind the NFL detector (noise_to_signal > 1, with or without'
+    ' --nfl_detection; our change, algorithms/lindt.py: dual training on a'
+    ' noise-dominated G diverged).',
 )
 
 # APFL (Deng, Kamani, Mahdavi 2020).
