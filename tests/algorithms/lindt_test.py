@@ -292,11 +292,11 @@ def test_own_global_predicts_with_the_kept_global_model(own_global_process):
 def test_g_is_detached_while_dp_noise_would_blind_the_detector(
     noise_multiplier, window, when_blind, detached
 ):
+  config = detector.DetectorConfig(warmup_rounds=1, window=window or 1, threshold=0.1)
+  setting = dp.DpSetting(noise_multiplier or 0.0, clip_norm=1.0, clients_per_round=2)
   server = shared_model.ServerOptions(
-      nfl_detector=window and detector.DetectorConfig(warmup_rounds=1, window=window,
-                                                       threshold=0.1),
-      dp_setting=noise_multiplier and dp.DpSetting(noise_multiplier, clip_norm=1.0,
-                                                   clients_per_round=2),
+      nfl_detector=config if window else None,
+      dp_setting=setting if noise_multiplier else None,
   )
   # 1,000 weights, K = 2, C = 1 (nfl/detector.py): sqrt(2000 s^4 + 4 s^2 + (10 z / 2)^2) / 2
   # with s = z / 2, over sqrt(window): noise 6.1x the largest divergence at z = 1,
