@@ -47,7 +47,12 @@ and its TFF worker against the floor process, the same pairs) are steadier
 still. Times, not assertions: no test depends on them.
 """
 
-import time
+from tff_personal.runtime import allocator  # pylint: disable=g-import-not-at-top
+
+if __name__ == '__main__':  # Not when tests load this file as a module.
+  allocator.reexec_with_program_settings()  # Before TensorFlow's import (its docstring).
+
+import time  # pylint: disable=g-import-not-at-top
 
 _STARTED = time.monotonic()
 
@@ -145,7 +150,7 @@ class _FloorServer:
   """The fastest floor variant in its own process, a round per request."""
 
   def __init__(self, folder: str, args: list):
-    env = dict(os.environ, PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+    env = dict(allocator.child_environment(), PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
     self._process = subprocess.Popen(
         [sys.executable, '-m', 'tff_personal.program.compute_floor', folder, '--serve', *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
@@ -209,7 +214,7 @@ def _compute_floor(task, datasets, learning_rate, folder):
                             np.concatenate([y for _, y in batches])))
   compute_floor.write_round(folder, task.model.build(), task.model.loss(), learning_rate,
                             BATCH_SIZE.value, ROUNDS.value, client_examples)
-  env = dict(os.environ, PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  env = dict(allocator.child_environment(), PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
   seconds, steps = {}, set()
   for mode, intra, inter in _FLOOR_VARIANTS:
     run = subprocess.run(

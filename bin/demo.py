@@ -12,6 +12,10 @@ import os
 import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from tff_personal.runtime import allocator  # pylint: disable=g-import-not-at-top
+
+if __name__ == '__main__':  # Not when tests load this file as a module.
+  allocator.reexec_with_program_settings()  # Before TensorFlow's import (its docstring).
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top

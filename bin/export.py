@@ -11,6 +11,10 @@ them. Takes the same task and algorithm flags as bin/train.py.
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from tff_personal.runtime import allocator  # pylint: disable=g-import-not-at-top
+
+if __name__ == '__main__':  # Not when tests load this file as a module.
+  allocator.reexec_with_program_settings()  # Before TensorFlow's import (its docstring).
 
 from absl import app  # pylint: disable=g-import-not-at-top
 # TensorFlow must be imported before app.run: imported first inside app.run's

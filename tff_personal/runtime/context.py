@@ -43,6 +43,8 @@ import portpicker
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.executors import executors_errors
 
+from tff_personal.runtime import allocator
+
 _RETRYABLE_ERROR = executors_errors.RetryableGRPCError
 
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
@@ -117,6 +119,7 @@ class WorkerProcess:
             stderr=log,
             preexec_fn=_prepare_child,
             close_fds=True,
+            env=allocator.child_environment(),
         )
       finally:
         if log_path:
