@@ -21,7 +21,8 @@ once a second thread allocates, so `mallopt` after TensorFlow's import is too
 late: the binaries call `reexec_with_program_settings` before importing
 TensorFlow, which re-executes the same command line once with them set. Set
 TFF_PERSONAL_SYSTEM_MALLOC=1 to keep glibc's defaults (freed memory then goes
-back to the system; with these settings the process keeps its peak).
+back to the system; with these settings the process keeps its peak, and its
+first rounds pay for touching the heap's pages as it grows).
 """
 
 import os
