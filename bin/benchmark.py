@@ -146,11 +146,17 @@ def _cpu_seconds(worker_pid: Optional[int]) -> float:
   return seconds
 
 
+def _floor_environment() -> dict:
+  """The environment of a compute-floor process: plain TensorFlow, without the
+  program's allocator settings (`runtime/allocator.py`)."""
+  return dict(allocator.child_environment(), PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+
+
 class _FloorServer:
   """The fastest floor variant in its own process, a round per request."""
 
   def __init__(self, folder: str, args: list):
-    env = dict(allocator.child_environment(), PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+    env = _floor_environment()
     self._process = subprocess.Popen(
         [sys.executable, '-m', 'tff_personal.program.compute_floor', folder, '--serve', *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
@@ -214,7 +220,7 @@ def _compute_floor(task, datasets, learning_rate, folder):
                             np.concatenate([y for _, y in batches])))
   compute_floor.write_round(folder, task.model.build(), task.model.loss(), learning_rate,
                             BATCH_SIZE.value, ROUNDS.value, client_examples)
-  env = dict(allocator.child_environment(), PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  env = _floor_environment()
   seconds, steps = {}, set()
   for mode, intra, inter in _FLOOR_VARIANTS:
     run = subprocess.run(
