@@ -15,7 +15,9 @@ Prints, on the same clients' data and the same model:
   default thread pools and with one thread an op;
 * stock `tff.learning` FedAvg (`build_weighted_fed_avg`), with its default
   client loop (`DATASET_REDUCE`) and with `DATASET_ITERATOR`, the loop our
-  algorithms use (`client_training.reduce_batches` says why);
+  algorithms use (`client_training.reduce_batches` says why); and once more
+  with tf.data's autotuning back on (TF's default; the tasks' datasets turn
+  it off, `runtime.client_datasets.without_autotuning` says why);
 * our algorithms (the program's `next` call, personal states matched by key),
   each as a ratio to its own floor: the floor's passes times the passes the
   algorithm makes over a client's data (Ditto: global and personal model;
@@ -242,6 +244,13 @@ def _compute_floor(task, datasets, learning_rate, folder):
   return seconds[fastest], steps.pop(), seconds, server_args
 
 
+def _with_autotuning(dataset):
+  """`dataset` with tf.data's autotuning back on, TensorFlow's default."""
+  options = tf.data.Options()
+  options.autotune.enabled = True
+  return dataset.with_options(options)
+
+
 def _stock_fedavg_round(task, client_data, learning_rate, dataset_computation=None,
                         loop=tff.learning.LoopImplementation.DATASET_REDUCE, paired_with=None):
   """Median seconds of stock FedAvg's round, composed with `dataset_computation` if given;
@@ -453,13 +462,19 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
       task, datasets, lr, loop=tff.learning.LoopImplementation.DATASET_ITERATOR,
       paired_with=paired_with,
   )
+  stock_autotuned = _stock_fedavg_round(
+      task, [_with_autotuning(d) for d in datasets], lr, paired_with=paired_with
+  )
   print(f'stock tff.learning FedAvg: {stock.seconds:.3f} s a round = {stock.ratio:.2f}x the'
         f' floor (CPU {stock.cpu_ratio:.2f}x); composed from client ids {stock_composed:.3f} s;'
         f' with DATASET_ITERATOR loops {stock_iterator.seconds:.3f} s ='
-        f' {stock_iterator.ratio:.2f}x (CPU {stock_iterator.cpu_ratio:.2f}x)', flush=True)
+        f' {stock_iterator.ratio:.2f}x (CPU {stock_iterator.cpu_ratio:.2f}x); with tf.data'
+        f" autotuning on {stock_autotuned.seconds:.3f} s = {stock_autotuned.ratio:.2f}x"
+        f' (CPU {stock_autotuned.cpu_ratio:.2f}x)', flush=True)
   rows.append(('stock tff.learning FedAvg', stock,
                (stock_composed, stock_composed / stock.floor_seconds), None, None))
   rows.append(('stock, DATASET_ITERATOR loops', stock_iterator, None, None, None))
+  rows.append(('stock, tf.data autotuning on', stock_autotuned, None, None, None))
   scaling_state, scaling, first_call = None, [], None
   with tempfile.TemporaryDirectory() as store_dir:
     for name in ALGORITHMS.value:

@@ -29,6 +29,7 @@ def test_benchmark_prints_every_ratio(tmp_path):
   # Seconds, paired ratio, CPU-seconds, CPU ratio; then composed and store cells.
   assert re.search(rf'\| stock tff.learning FedAvg \|( {number} \|){{6}} \| \|', out)
   assert re.search(rf'\| stock, DATASET_ITERATOR loops \|( {number} \|){{4}} \| \| \| \|', out)
+  assert re.search(rf'\| stock, tf.data autotuning on \|( {number} \|){{4}} \| \| \| \|', out)
   assert re.search(rf'\| ours: fedavg \|( {number} \|){{7}} 0.0% \|', out)
   assert re.search(rf'\| ours: ditto \|( {number} \|){{7}} {number}% \|', out)
   floors = re.findall(r'^(\w+): .* its floor \((\d) floor passes; CPU', out, re.MULTILINE)

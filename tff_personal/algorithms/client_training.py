@@ -11,6 +11,8 @@ from typing import Sequence
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_personal.runtime import client_datasets
+
 
 def sgd_pass(
     model: tff.learning.models.VariableModel,
@@ -48,7 +50,7 @@ def reduce_batches(dataset: tf.data.Dataset, initial_state, step_fn):
   the FEMNIST CNN; docs/results_scale.md).
   """
   state = initial_state
-  for batch in iter(dataset):
+  for batch in iter(client_datasets.without_autotuning(dataset)):
     state = step_fn(state, batch)
   return state
 

@@ -29,6 +29,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
+from tff_personal.runtime import client_datasets
 
 ModelWeights = tff.learning.models.ModelWeights
 AssembleFn = Callable[[ModelWeights, Any], ModelWeights]
@@ -43,7 +44,7 @@ def evaluate_model_on_dataset(
     model.forward_pass(batch, training=False)
     return num_batches + 1
 
-  dataset.reduce(tf.constant(0, tf.int64), accumulate)
+  client_datasets.without_autotuning(dataset).reduce(tf.constant(0, tf.int64), accumulate)
   unfinalized = model.report_local_unfinalized_metrics()
   return collections.OrderedDict(
       (name, finalizer(unfinalized[name]))

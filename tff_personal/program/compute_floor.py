@@ -81,8 +81,13 @@ def _measure(folder: str, mode: str, serve: bool = False) -> dict:
     weights = [w[f'arr_{i}'] for i in range(len(w.files))]
   with np.load(os.path.join(folder, 'clients.npz')) as c:
     examples = [(c[f'x{i}'], c[f'y{i}']) for i in range(spec['num_clients'])]
+  # tf.data's autotuning off, as for the clients in TFF's worker
+  # (`runtime.client_datasets.without_autotuning`, not imported: it imports TFF).
+  options = tf.data.Options()
+  options.autotune.enabled = False
   datasets = tuple(
-      tf.data.Dataset.from_tensor_slices((x, y)).batch(spec['batch_size']) for x, y in examples
+      tf.data.Dataset.from_tensor_slices((x, y)).batch(spec['batch_size']).with_options(options)
+      for x, y in examples
   )
   models = []
   for _ in (datasets[:1] if mode == 'sequential' else datasets):

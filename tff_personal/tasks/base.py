@@ -12,6 +12,10 @@ A `Task` bundles
   * `default_personal_blocks`: how many blocks from the top FedPer keeps
     personal by default.
 
+The datasets a `Task` returns have tf.data's autotuning off
+(`runtime.client_datasets.without_autotuning` says why), also for client
+work that is TFF's own (Local, FedProx).
+
 Blocks follow FedPer (Arivazhagan et al. 2019): a model is a stack of blocks,
 numbered from the top, the classifier being block 1. `ModelSpec.blocks` lists
 the Keras layer names of each block from the *bottom* (input side) to the top.
@@ -24,6 +28,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_personal.runtime import client_datasets
 
 ClientData = tff.simulation.datasets.ClientData
 
@@ -102,7 +108,7 @@ class Task:
   ) -> tf.data.Dataset:
     """Batches of `(x, y)` for one client's local training."""
     raw = self.train_data.create_tf_dataset_for_client(client_id)
-    return self.preprocess_train(raw, epochs, batch_size, seed)
+    return client_datasets.without_autotuning(self.preprocess_train(raw, epochs, batch_size, seed))
 
   def train_dataset_computation(self, *, epochs: int, batch_size: int) -> tff.Computation:
     """`train_dataset` built inside the TFF runtime from a client id and seed.
@@ -119,14 +125,16 @@ class Task:
         tff.StructType([('client_id', np.str_), ('seed', np.int64)])
     )
     def client_dataset(arg):
-      return self.preprocess_train(read(arg.client_id), epochs, batch_size, arg.seed)
+      return client_datasets.without_autotuning(
+          self.preprocess_train(read(arg.client_id), epochs, batch_size, arg.seed)
+      )
 
     return client_dataset
 
   def test_dataset(self, client_id: str, *, batch_size: int) -> tf.data.Dataset:
     """Batches of `(x, y)` of one client's own test split."""
     raw = self.test_data.create_tf_dataset_for_client(client_id)
-    return self.preprocess_eval(raw, batch_size)
+    return client_datasets.without_autotuning(self.preprocess_eval(raw, batch_size))
 
 
 class DataUnavailableError(Exception):
