@@ -26,6 +26,9 @@ TFF workers started elsewhere (`bin/worker.py`): one worker through TFF's
 splits each round's clients into one sub-round per worker, runs the client
 work up to the aggregation on each, merges the partial aggregates and runs the
 rest (`tff.backends.native.create_mergeable_comp_execution_context`).
+
+Both contexts talk to their workers through `remote_executor.RemoteExecutor`:
+TFF's, with arguments serialized in place (its docstring says why).
 """
 
 import atexit
@@ -44,6 +47,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.executors import executors_errors
 
 from tff_personal.runtime import allocator
+from tff_personal.runtime import remote_executor
 
 _RETRYABLE_ERROR = executors_errors.RetryableGRPCError
 
@@ -230,7 +234,7 @@ def install_local_context(max_concurrent_computation_calls: int = -1):
 
   def executor_fn(cardinalities):
     cardinalities.setdefault(tff.CLIENTS, 0)  # As TFF's own local factory.
-    executor = tff.framework.RemoteExecutor(worker.stub())
+    executor = remote_executor.RemoteExecutor(worker.stub())
     executor.set_cardinalities(cardinalities)
     return executor
 
@@ -334,7 +338,7 @@ def _remote_stub(address: str, timeout_seconds: float):
 def _executor_factory(stub):
   def executor_fn(cardinalities):
     cardinalities.setdefault(tff.CLIENTS, 0)  # As TFF's own local factory.
-    executor = tff.framework.RemoteExecutor(stub)
+    executor = remote_executor.RemoteExecutor(stub)
     executor.set_cardinalities(cardinalities)
     return executor
 
