@@ -75,3 +75,21 @@ def tiny_datasets(num_clients: int = 3, hidden: int = 3, seed: int = 1):
   ]
   test = [task.test_dataset(c, batch_size=4) for c in task.client_ids]
   return train, test
+
+
+def graph_defs(computation: tff.Computation) -> list:
+  """Every TensorFlow GraphDef inside a TFF computation."""
+
+  def walk(message):
+    for field, value in message.ListFields():
+      if field.message_type is None:
+        continue
+      for item in value if field.label == field.LABEL_REPEATED else [value]:
+        if field.name == 'tensorflow':
+          graph = tf.compat.v1.GraphDef()
+          item.graph_def.Unpack(graph)
+          yield graph
+        else:
+          yield from walk(item)
+
+  return list(walk(computation.to_building_block().proto))

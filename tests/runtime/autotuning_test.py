@@ -25,24 +25,6 @@ from tensorflow.core.framework import dataset_options_pb2  # pylint: disable=g-d
 _ITERATING_OPS = frozenset({'MakeIterator', 'ReduceDataset'})
 
 
-def graph_defs(computation):
-  """Every TensorFlow GraphDef inside a TFF computation."""
-
-  def walk(message):
-    for field, value in message.ListFields():
-      if field.message_type is None:
-        continue
-      for item in value if field.label == field.LABEL_REPEATED else [value]:
-        if field.name == 'tensorflow':
-          graph = tf.compat.v1.GraphDef()
-          item.graph_def.Unpack(graph)
-          yield graph
-        else:
-          yield from walk(item)
-
-  return list(walk(computation.to_building_block().proto))
-
-
 def count_ops(graph):
   """(iterating ops, OptionsDataset ops with autotuning off) in `graph` and its functions."""
   nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
@@ -90,7 +72,7 @@ def test_every_client_pass_has_autotuning_off(name):
   if name not in _TFF_CLIENT_WORK:
     computations['next'] = process.next
   for label, computation in computations.items():
-    counts = [count_ops(g) for g in graph_defs(computation)]
+    counts = [count_ops(g) for g in test_utils.graph_defs(computation)]
     iterating = sum(i for i, _ in counts)
     assert iterating > 0, label
     for i, off in counts:
@@ -105,5 +87,5 @@ def test_the_tasks_datasets_have_autotuning_off():
 
 def test_the_tasks_dataset_computation_has_autotuning_off():
   computation = TASK.train_dataset_computation(epochs=1, batch_size=2)
-  counts = [count_ops(g) for g in graph_defs(computation)]
+  counts = [count_ops(g) for g in test_utils.graph_defs(computation)]
   assert sum(off for _, off in counts) == 1, counts

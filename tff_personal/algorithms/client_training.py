@@ -47,7 +47,10 @@ def reduce_batches(dataset: tf.data.Dataset, initial_state, step_fn):
   prunes such unused ops from a loop body but runs them in a
   `dataset.reduce` function: one extra backward convolution a step
   (`ONEDNN_VERBOSE=1` counted 2 a step with `reduce`, 1 with the loop, on
-  the FEMNIST CNN; docs/results_scale.md).
+  the FEMNIST CNN; docs/results_scale.md). And TFF's worker places a loop's
+  ops on a GPU when it sees one, while a `dataset.reduce` function runs on
+  the CPU device of its dataset op (`tests/runtime/device_placement_test.py`
+  checks that no model op runs inside a dataset function).
   """
   state = initial_state
   for batch in iter(client_datasets.without_autotuning(dataset)):

@@ -46,7 +46,6 @@ import tensorflow_federated as tff
 from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
 from tff_personal.personal import process as process_lib
-from tff_personal.runtime import client_datasets
 from tff_personal.tasks import base
 
 ModelWeights = tff.learning.models.ModelWeights
@@ -81,7 +80,8 @@ def mean_loss(model, dataset):
     n = tf.cast(output.num_examples, tf.float32)
     return totals[0] + output.loss * n, totals[1] + n
 
-  total, count = client_datasets.without_autotuning(dataset).reduce((0.0, 0.0), accumulate)
+  zero = tf.constant(0.0)
+  total, count = client_training.reduce_batches(dataset, (zero, zero), accumulate)
   return tf.math.divide_no_nan(total, count)
 
 

@@ -35,6 +35,9 @@ def build_fedprox(
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(client_learning_rate),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_learning_rate),
       model_aggregator=model_aggregator,
+      # A loop over the batches, not `dataset.reduce`, as in our client work
+      # (`client_training.reduce_batches` says why).
+      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
   )
   return process_lib.from_learning_process(
       learning_process,

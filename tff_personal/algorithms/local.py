@@ -44,6 +44,8 @@ def build_local(
       model.tff_model_fn,
       tff.learning.optimizers.build_sgdm(client_learning_rate),
       client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      # A loop over the batches, not `dataset.reduce` (`client_training.reduce_batches`).
+      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
   )
   initial_weights_fn = process_lib.constant_computation(model.initial_weights(seed))
   weights_type = initial_weights_fn.type_signature.result

@@ -29,7 +29,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.algorithms import client_training
-from tff_personal.runtime import client_datasets
 
 ModelWeights = tff.learning.models.ModelWeights
 AssembleFn = Callable[[ModelWeights, Any], ModelWeights]
@@ -38,13 +37,18 @@ AssembleFn = Callable[[ModelWeights, Any], ModelWeights]
 def evaluate_model_on_dataset(
     model: tff.learning.models.VariableModel, dataset: tf.data.Dataset
 ) -> collections.OrderedDict:
-  """One pass of `model` over `dataset`; returns its finalized metrics."""
+  """One pass of `model` over `dataset`; returns its finalized metrics.
+
+  Call inside a `tf.function`. A loop over the batches, as the clients'
+  training (`client_training.reduce_batches`): in a TFF worker that sees a
+  GPU the loop's ops run there, a `dataset.reduce` function's on the CPU.
+  """
 
   def accumulate(num_batches, batch):
     model.forward_pass(batch, training=False)
     return num_batches + 1
 
-  client_datasets.without_autotuning(dataset).reduce(tf.constant(0, tf.int64), accumulate)
+  client_training.reduce_batches(dataset, tf.constant(0, tf.int64), accumulate)
   unfinalized = model.report_local_unfinalized_metrics()
   return collections.OrderedDict(
       (name, finalizer(unfinalized[name]))
