@@ -86,6 +86,7 @@ from tff_personal.program import sampling  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import client_datasets  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import client_keys  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
+from tff_personal.runtime import devices  # pylint: disable=g-import-not-at-top
 from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
 
 TASK = flags.DEFINE_enum('task', 'femnist', task_registry.TASK_NAMES, 'Task (data and model).')
@@ -106,6 +107,14 @@ SEED = flags.DEFINE_integer('seed', 0, 'Picks the clients.')
 MAX_CONCURRENT_CALLS = flags.DEFINE_integer(
     'max_concurrent_calls', -1,
     "TFF worker's limit on TensorFlow computations running at once (-1: none).",
+)
+DEVICE = flags.DEFINE_enum(
+    'device', 'auto', devices.DEVICES,
+    'What the TFF worker trains on (auto, cpu, gpu: see bin/train.py --device); the'
+    ' floor runs on the same kind of device.',
+)
+WORKER_BINARY = flags.DEFINE_string(
+    'worker_binary', None, "TFF's worker binary (e.g. a CUDA build); default: the TFF wheel's."
 )
 STORED_CLIENTS = flags.DEFINE_list(
     'stored_clients', ['100', '100000'],
@@ -148,10 +157,15 @@ def _cpu_seconds(worker_pid: Optional[int]) -> float:
   return seconds
 
 
+_FLOOR_ON_GPU = False  # Set by `main`: whether the TFF worker found a GPU.
+
+
 def _floor_environment() -> dict:
   """The environment of a compute-floor process: plain TensorFlow, without the
-  program's allocator settings (`runtime/allocator.py`)."""
-  return dict(allocator.child_environment(), PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  program's allocator settings (`runtime/allocator.py`), on the kind of device
+  the TFF worker trains on (GPUs hidden unless the worker found one)."""
+  env = dict(allocator.child_environment(), PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL='2')
+  return env if _FLOOR_ON_GPU else devices.worker_environment(env, 'cpu')
 
 
 class _FloorServer:
@@ -513,8 +527,19 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
 def main(argv):
   if len(argv) > 1:
     sys.exit(f'benchmark.py: error: unexpected arguments: {" ".join(argv[1:])}')
+  global _FLOOR_ON_GPU
   # First: it also retires TFF's import-time context.
-  worker = context.install_local_context(MAX_CONCURRENT_CALLS.value)
+  try:
+    worker = context.install_local_context(
+        MAX_CONCURRENT_CALLS.value, device=DEVICE.value, binary=WORKER_BINARY.value
+    )
+  except ValueError as e:
+    print(f'benchmark.py: error: --worker_binary={WORKER_BINARY.value}: {e}.', file=sys.stderr)
+    sys.exit(2)
+  except devices.DeviceError as e:
+    print(f'benchmark.py: error: {e}', file=sys.stderr)
+    sys.exit(2)
+  _FLOOR_ON_GPU = bool(devices.gpus(worker.devices))
   unknown = [a for a in ALGORITHMS.value if a not in _PASSES]
   if unknown:
     sys.exit(f'benchmark.py: error: --algorithms: unknown {", ".join(unknown)}')
@@ -532,7 +557,8 @@ def main(argv):
   lr = LEARNING_RATE.value
   print(
       f'{TASK.value}: {len(clients)} clients a round, 1 epoch, batch {BATCH_SIZE.value};'
-      f' median of {ROUNDS.value} rounds after a warm-up; {os.cpu_count()} CPUs.',
+      f' median of {ROUNDS.value} rounds after a warm-up; {os.cpu_count()} CPUs; the TFF'
+      f' worker and the floor train on: {devices.describe(worker.devices)}.',
       flush=True,
   )
   with tempfile.TemporaryDirectory() as folder:

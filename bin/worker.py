@@ -4,9 +4,12 @@
   bin/train.py --workers=10.0.0.5:8000,10.0.0.6:8000 --flagfile=...
 
 Starts the TFF worker binary that ships in the TFF wheel (the executor
-service of TFF's C++ runtime) on --port and stops it on SIGTERM, SIGINT or
-SIGHUP, or when this process dies. Exits 0 after a clean stop, 1 if the worker
-itself stops.
+service of TFF's C++ runtime; --worker_binary: another build of it, e.g. with
+CUDA) on --port and stops it on SIGTERM, SIGINT or SIGHUP, or when this
+process dies. Before serving it runs one trivial computation and prints the
+devices the worker found; --device=gpu exits 2 if it found no GPU, --device=cpu
+hides the GPUs from it (`tff_personal/runtime/devices.py`). Exits 0 after a
+clean stop, 1 if the worker itself stops.
 
 SECURITY: the executor protocol has no authentication or encryption, and the
 TFF 0.87 worker binary has no bind-address option: it listens on every
@@ -25,10 +28,21 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+from tff_personal.runtime import devices  # pylint: disable=g-import-not-at-top
+
 PORT = flags.DEFINE_integer('port', None, 'Port to serve on (1-65535).', lower_bound=1, upper_bound=65535)
 MAX_CONCURRENT_CALLS = flags.DEFINE_integer(
     'max_concurrent_computation_calls', -1,
     'Most parallel calls of one computation (clients trained at once); nonpositive: no limit.',
+)
+
+DEVICE = flags.DEFINE_enum(
+    'device', 'auto', devices.DEVICES,
+    'What the worker trains on: auto (what it finds), cpu (GPUs hidden), gpu (exit 2'
+    ' unless it finds a GPU; needs a CUDA build of the worker, --worker_binary).',
+)
+WORKER_BINARY = flags.DEFINE_string(
+    'worker_binary', None, "TFF's C++ worker binary (e.g. a CUDA build); default: the TFF wheel's."
 )
 
 
@@ -53,11 +67,21 @@ def main(argv):
     print(f'worker.py: error: --port={PORT.value}: the port is in use.', file=sys.stderr)
     sys.exit(2)
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
-
-  worker = context.serve(PORT.value, MAX_CONCURRENT_CALLS.value)
+  try:
+    worker = context.serve(
+        PORT.value, MAX_CONCURRENT_CALLS.value, device=DEVICE.value, binary=WORKER_BINARY.value
+    )
+  except ValueError as e:  # The binary.
+    print(f'worker.py: error: --worker_binary={WORKER_BINARY.value}: {e}.', file=sys.stderr)
+    sys.exit(2)
+  except devices.DeviceError as e:
+    context.shutdown()
+    print(f'worker.py: error: {e}', file=sys.stderr)
+    sys.exit(2)
   print(
       f'TFF worker (pid {worker.pid}) serving on port {PORT.value} of every interface;'
-      ' no authentication: keep the port on a private network.',
+      ' no authentication: keep the port on a private network. It trains on:'
+      f' {devices.describe(worker.devices)}.',
       flush=True,
   )
   try:

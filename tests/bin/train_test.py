@@ -107,6 +107,7 @@ def test_smoke_run_writes_every_output(capsys, cache_dir, tmp_path):
       '--experiment_name=smoke', '--total_rounds=2', '--algorithm=local',
   ])
   out = capsys.readouterr().out
+  assert 'TFF worker trains on: CPU only' in out  # The pip wheel's worker (runtime/devices.py).
   assert 'round 2/2' in out and 'ETA' in out
   assert 'local on femnist: mean per-client test sparse_categorical_accuracy' in out
   experiment = outputs.ExperimentDir(str(tmp_path), 'smoke')
@@ -297,3 +298,22 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
   with flagsaver.flagsaver():
     ef.parse_flags_or_exit(['train.py', f'--flagfile={path}'])
     assert ef.run_config() == config
+
+
+@pytest.mark.parametrize(
+    'argv, expected',
+    [
+        (['--device=gpu'], '--device=gpu: the TFF worker (.*) found no GPU, only'
+                           r' \[/physical_device:CPU:0\]\. .*--config=cuda'),
+        (['--worker_binary=/absent/worker'],
+         '--worker_binary=/absent/worker: no TFF worker binary at /absent/worker'),
+        (['--device=gpu', '--workers=localhost:1'],
+         '--device chooses the local worker; with --workers, pass it to each bin/worker.py'),
+        (['--device=tpu'], '--device=tpu: value should be one of <auto|cpu|gpu>'),
+    ],
+)
+def test_bad_device_flags(argv, expected, capsys, cache_dir, tmp_path):
+  with pytest.raises(SystemExit) as excinfo:
+    run_main(SMALL_RUN + [f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}'] + argv)
+  assert re.search(expected, one_line_error(capsys, excinfo))
+  assert not list(tmp_path.rglob('*.*'))  # Before any output file.

@@ -17,6 +17,7 @@ from absl import flags
 from tff_personal.aggregators import names as aggregator_names
 from tff_personal.algorithms import registry as algorithm_registry
 from tff_personal.attacks import roles as attack_roles
+from tff_personal.runtime import devices
 from tff_personal.tasks import registry as task_registry
 
 # What is trained.
@@ -335,6 +336,17 @@ WORKERS = flags.DEFINE_string(
     " round's clients are spread over them. Default: a local worker. Not part of"
     ' the run: a run may resume on other workers or locally.',
 )
+DEVICE = flags.DEFINE_enum(
+    'device', 'auto', devices.DEVICES,
+    "What the local TFF worker trains on: auto (what it finds), cpu (GPUs hidden),"
+    ' gpu (fail at start-up unless it finds a GPU; needs a CUDA build of the worker,'
+    ' --worker_binary). With --workers, set it on each bin/worker.py. Not part of the run.',
+)
+WORKER_BINARY = flags.DEFINE_string(
+    'worker_binary', None,
+    "TFF's C++ worker binary to run locally (e.g. a CUDA build); default: the one in"
+    " TFF's wheel. With --workers, set it on each bin/worker.py. Not part of the run.",
+)
 
 # Data of the tasks.
 CACHE_DIR = flags.DEFINE_string(
@@ -600,12 +612,24 @@ def exit_on_errors():
 
 
 def install_context() -> None:
-  """The TFF execution context of --workers (default: a local worker)."""
+  """The TFF execution context of --workers (default: a local worker, --device)."""
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
 
   if not WORKERS.value:
-    context.install_local_context()
+    try:
+      worker = context.install_local_context(device=DEVICE.value, binary=WORKER_BINARY.value)
+    except ValueError as e:  # The binary.
+      raise UsageError(f'--worker_binary={WORKER_BINARY.value}: {e}.') from None
+    except devices.DeviceError as e:
+      raise UsageError(str(e)) from None
+    print(f'TFF worker trains on: {devices.describe(worker.devices)}', flush=True)
     return
+  for holder in (DEVICE, WORKER_BINARY):
+    if flags.FLAGS[holder.name].present:
+      raise UsageError(
+          f'--{holder.name} chooses the local worker; with --workers, pass it to each'
+          ' bin/worker.py instead.'
+      )
   try:
     addresses = context.parse_worker_addresses(WORKERS.value)
   except ValueError as e:

@@ -13,9 +13,11 @@ worker itself and guarantees it dies with the Python process:
 * SIGKILL or a crash of the interpreter: the worker was started with the
   Linux parent-death signal (`PR_SET_PDEATHSIG`), so the kernel kills it.
 
-The worker never inherits our stdout/stderr (its log goes to a file when
-`TFF_PERSONAL_WORKER_LOG` is set), so even in the worst case it cannot hold a
-pipe of ours open.
+The worker never inherits our stdout/stderr: its log goes to a file (a
+temporary one, removed when it stops, unless `TFF_PERSONAL_WORKER_LOG` names
+one), so even in the worst case it cannot hold a pipe of ours open. That log
+is also where the worker reports the devices it found (`devices`: `--device`
+and `--worker_binary`, a CUDA build of TFF's worker).
 
 Usage: call `install_local_context()` once, from the main thread, before any
 TFF computation is invoked. Every binary and test fixture does.
@@ -36,6 +38,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from typing import Optional
@@ -43,10 +46,12 @@ from typing import Optional
 from absl import logging
 import grpc
 import portpicker
+import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.executors import executors_errors
 
 from tff_personal.runtime import allocator
+from tff_personal.runtime import devices
 from tff_personal.runtime import remote_executor
 
 _RETRYABLE_ERROR = executors_errors.RetryableGRPCError
@@ -58,17 +63,23 @@ _GRPC_OPTIONS = [
     ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
 ]
 _READY_TIMEOUT_SECONDS = 60.0
+_DEVICE_REPORT_TIMEOUT_SECONDS = 10.0
 _STOP_TIMEOUT_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def worker_binary_path() -> str:
-  """Returns the path of the C++ worker binary shipped in the TFF wheel."""
-  package_dir = os.path.dirname(tff.__file__)
-  path = os.path.join(package_dir, 'data', 'worker_binary')
+def worker_binary_path(path: Optional[str] = None) -> str:
+  """`path` (default: the C++ worker binary shipped in the TFF wheel), checked.
+
+  Raises ValueError if it is not an executable file.
+  """
+  if path is None:
+    path = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
   if not os.path.isfile(path):
-    raise RuntimeError(f'TFF worker binary not found at {path}.')
+    raise ValueError(f'no TFF worker binary at {path}')
+  if not os.access(path, os.X_OK):
+    raise ValueError(f'{path} is not executable')
   return path
 
 
@@ -87,13 +98,35 @@ def _prepare_child() -> None:
 class WorkerProcess:
   """A TFF C++ worker serving the executor protocol on a localhost port."""
 
-  def __init__(self, max_concurrent_computation_calls: int = -1, port: Optional[int] = None):
-    """A worker on `port` (default: a free port picked at each start)."""
+  def __init__(
+      self,
+      max_concurrent_computation_calls: int = -1,
+      port: Optional[int] = None,
+      *,
+      binary: Optional[str] = None,
+      device: str = 'auto',
+  ):
+    """A worker on `port` (default: a free port picked at each start).
+
+    Args:
+      max_concurrent_computation_calls: passed to the worker; nonpositive
+        means no limit.
+      port: the port it serves on.
+      binary: the worker binary (default: the TFF wheel's).
+      device: what it may train on (`devices.DEVICES`; `cpu` hides GPUs).
+    """
+    devices.check_device_name(device)
+    self.binary = worker_binary_path(binary)
+    self.device = device
     self._max_calls = max_concurrent_computation_calls
     self._port = port
     self._process: Optional[subprocess.Popen] = None
     self._stub = None
     self._lock = threading.Lock()
+    self._log_path: Optional[str] = None
+    self._log_start = 0  # Where this start's output begins in the log file.
+    self._log_is_temporary = False
+    self.devices: Optional[tuple[str, ...]] = None  # Set by `probe_devices`.
 
   @property
   def pid(self) -> Optional[int]:
@@ -109,12 +142,11 @@ class WorkerProcess:
       if self._process is not None and self._process.poll() is None:
         return
       port = self._port or portpicker.pick_unused_port()
-      log_path = os.environ.get('TFF_PERSONAL_WORKER_LOG')
-      log = open(log_path, 'ab') if log_path else subprocess.DEVNULL
+      log = self._open_log()
       try:
         self._process = subprocess.Popen(
             [
-                worker_binary_path(),
+                self.binary,
                 f'--port={port}',
                 f'--max_concurrent_computation_calls={self._max_calls}',
             ],
@@ -123,11 +155,10 @@ class WorkerProcess:
             stderr=log,
             preexec_fn=_prepare_child,
             close_fds=True,
-            env=allocator.child_environment(),
+            env=devices.worker_environment(allocator.child_environment(), self.device),
         )
       finally:
-        if log_path:
-          log.close()
+        log.close()
       channel = grpc.insecure_channel(f'localhost:{port}', _GRPC_OPTIONS)
       self._stub = tff.framework.RemoteExecutorGrpcStub(channel)
       deadline = time.monotonic() + _READY_TIMEOUT_SECONDS
@@ -144,6 +175,29 @@ class WorkerProcess:
         time.sleep(0.05)
       logging.debug('TFF worker pid %d serving on port %d', self.pid, port)
 
+  def _open_log(self):
+    """The worker's log file, opened for appending; notes where this start begins."""
+    if self._log_path is None:
+      self._log_path = os.environ.get('TFF_PERSONAL_WORKER_LOG')
+      if self._log_path is None:
+        fd, self._log_path = tempfile.mkstemp(prefix='tff_worker_', suffix='.log')
+        os.close(fd)
+        self._log_is_temporary = True
+    log = open(self._log_path, 'ab')
+    self._log_start = log.tell()
+    return log
+
+  def log_text(self) -> str:
+    """What the running worker has logged since it started."""
+    if self._log_path is None:
+      return ''
+    try:
+      with open(self._log_path, 'rb') as log:
+        log.seek(self._log_start)
+        return log.read().decode('utf-8', errors='replace')
+    except FileNotFoundError:
+      return ''
+
   def stub(self):
     """Returns a ready gRPC stub, restarting the worker if it has died."""
     if self._stub is None or not self._stub.is_ready:
@@ -155,16 +209,21 @@ class WorkerProcess:
     """Stops the worker: SIGTERM, then SIGKILL if it has not exited in time."""
     with self._lock:
       process, self._process, self._stub = self._process, None, None
-    if process is None or process.poll() is not None:
-      return
-    try:
-      process.terminate()
-      process.wait(timeout=_STOP_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-      process.kill()
-      process.wait()
-    except ProcessLookupError:
-      pass
+    if process is not None and process.poll() is None:
+      try:
+        process.terminate()
+        process.wait(timeout=_STOP_TIMEOUT_SECONDS)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+      except ProcessLookupError:
+        pass
+    if self._log_is_temporary:
+      try:
+        os.remove(self._log_path)
+      except OSError:
+        pass
+      self._log_path, self._log_is_temporary = None, False
 
 
 _worker: Optional[WorkerProcess] = None
@@ -215,7 +274,12 @@ def _install_exit_handlers() -> None:
   _handlers_installed = True
 
 
-def install_local_context(max_concurrent_computation_calls: int = -1):
+def install_local_context(
+    max_concurrent_computation_calls: int = -1,
+    *,
+    device: Optional[str] = None,
+    binary: Optional[str] = None,
+):
   """Starts a local TFF worker and makes it the default execution context.
 
   Idempotent. Returns the `WorkerProcess`, whose `pid` tests can watch.
@@ -223,14 +287,36 @@ def install_local_context(max_concurrent_computation_calls: int = -1):
   Args:
     max_concurrent_computation_calls: passed to the worker; nonpositive means
       no limit.
+    device: `devices.DEVICES`; when given, the worker's devices are probed
+      and checked before this returns (`devices.DeviceError`). Default:
+      `auto`, not probed.
+    binary: the worker binary (default: the TFF wheel's).
   """
   global _worker
   if _worker is not None:
+    binary = worker_binary_path(binary)
+    # Only `cpu` starts the worker differently (GPUs hidden); `gpu` is a check.
+    hides_gpus = None if device is None else device == 'cpu'
+    if binary != _worker.binary or hides_gpus not in (None, _worker.device == 'cpu'):
+      raise RuntimeError(
+          f'A local TFF worker ({_worker.binary}, device {_worker.device}) is'
+          f' already installed; cannot switch to {binary}, device {device}.'
+      )
     _worker.start()
+    if device is not None:
+      if _worker.devices is None:
+        probe_devices(_worker)
+      devices.check(device, _worker.devices, binary)
     return _worker
   _install_exit_handlers()
-  worker = WorkerProcess(max_concurrent_computation_calls)
+  worker = WorkerProcess(max_concurrent_computation_calls, binary=binary, device=device or 'auto')
   worker.start()
+  if device is not None:
+    try:
+      probe_devices(worker)
+    except BaseException:
+      worker.stop()
+      raise
 
   def executor_fn(cardinalities):
     cardinalities.setdefault(tff.CLIENTS, 0)  # As TFF's own local factory.
@@ -247,17 +333,52 @@ def install_local_context(max_concurrent_computation_calls: int = -1):
   return worker
 
 
-def serve(port: int, max_concurrent_computation_calls: int = -1) -> WorkerProcess:
+def serve(
+    port: int,
+    max_concurrent_computation_calls: int = -1,
+    *,
+    device: str = 'auto',
+    binary: Optional[str] = None,
+) -> WorkerProcess:
   """Starts a worker serving on `port` for remote callers (`bin/worker.py`).
 
-  It is stopped by `shutdown`, which runs at exit and on SIGTERM/SIGHUP.
+  Its devices are probed and checked against `device` before it is handed
+  out (`devices.DeviceError`). It is stopped by `shutdown`, which runs at
+  exit and on SIGTERM/SIGHUP.
   """
   global _worker
   _install_exit_handlers()
   _drop_import_time_context()
-  _worker = WorkerProcess(max_concurrent_computation_calls, port=port)
+  _worker = WorkerProcess(max_concurrent_computation_calls, port=port, binary=binary, device=device)
   _worker.start()
+  probe_devices(_worker)
   return _worker
+
+
+def probe_devices(worker: WorkerProcess) -> tuple[str, ...]:
+  """Runs a trivial computation on `worker`; returns and checks its devices.
+
+  TFF's worker reports the physical devices it found in its log when it
+  creates its first TensorFlow session (`devices`). Sets `worker.devices`.
+  Raises `devices.DeviceError` if they do not satisfy `worker.device`, or if
+  no report comes.
+  """
+  probe = tff.tensorflow.computation(lambda: tf.constant(0, tf.int32))
+  tff.framework.SyncExecutionContext(
+      executor_fn=_executor_factory(worker.stub()), **_context_kwargs()
+  ).invoke(probe, None)
+  deadline = time.monotonic() + _DEVICE_REPORT_TIMEOUT_SECONDS
+  while (found := devices.parse_device_report(worker.log_text())) is None:
+    if time.monotonic() > deadline:
+      raise devices.DeviceError(
+          f'The TFF worker ({worker.binary}) did not report its devices within'
+          f' {_DEVICE_REPORT_TIMEOUT_SECONDS:g} s of its first computation.'
+      )
+    time.sleep(0.05)
+  devices.check(worker.device, found, worker.binary)
+  worker.devices = found
+  logging.debug('TFF worker %s trains on: %s', worker.binary, devices.describe(found))
+  return found
 
 
 def _drop_import_time_context() -> None:
