@@ -65,6 +65,18 @@ def test_check():
     devices.check('cpu', with_gpu, '/w')
 
 
+def test_unused_gpus_warning():
+  cpu_only = ('/physical_device:CPU:0',)
+  warning = devices.unused_gpus_warning(cpu_only, ['/physical_device:GPU:0'], '/w')
+  assert warning.startswith(
+      'TensorFlow sees 1 GPU(s) but the TFF worker (/w) found none: client training runs on the CPU.'
+  )
+  assert '--worker_binary' in warning
+  assert devices.unused_gpus_warning(cpu_only, [], '/w') is None
+  assert devices.unused_gpus_warning(
+      cpu_only + ('/physical_device:GPU:0',), ['/physical_device:GPU:0'], '/w') is None
+
+
 def _contains(path: str, text: bytes) -> bool:
   with open(path, 'rb') as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
     return data.find(text) >= 0

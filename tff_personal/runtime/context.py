@@ -377,6 +377,11 @@ def probe_devices(worker: WorkerProcess) -> tuple[str, ...]:
     time.sleep(0.05)
   devices.check(worker.device, found, worker.binary)
   worker.devices = found
+  if worker.device == 'auto':
+    tensorflow_gpus = [d.name for d in tf.config.list_physical_devices('GPU')]
+    warning = devices.unused_gpus_warning(found, tensorflow_gpus, worker.binary)
+    if warning:
+      logging.warning(warning)
   logging.debug('TFF worker %s trains on: %s', worker.binary, devices.describe(found))
   return found
 

@@ -18,7 +18,8 @@ same worker built from TFF's source with its CUDA configuration
 at tag v0.87.0; README, "GPU"), given to the binaries as `--worker_binary`.
 
 `--device` says what a run requires of its worker:
-  auto: whatever the worker finds (the run prints it);
+  auto: whatever the worker finds (the run prints it; with a warning when
+        TensorFlow here sees a GPU that the worker does not);
   cpu: the CPU: every GPU is hidden from the worker (CUDA_VISIBLE_DEVICES=-1);
   gpu: a GPU: start-up fails before the first round unless the worker
        reports one.
@@ -83,6 +84,16 @@ def describe(found: Sequence[str]) -> str:
   if not found_gpus:
     return 'CPU only'
   return ', '.join(d.split(':', 1)[-1] for d in found_gpus) + ' (and the CPU)'
+
+
+def unused_gpus_warning(found: Sequence[str], tensorflow_gpus: Sequence[str], binary: str) -> Optional[str]:
+  """A warning when TensorFlow here sees GPUs that the worker did not find, else None."""
+  if gpus(found) or not tensorflow_gpus:
+    return None
+  return (
+      f'TensorFlow sees {len(tensorflow_gpus)} GPU(s) but the TFF worker ({binary}) found'
+      f' none: client training runs on the CPU. {CUDA_BUILD_HINT}'
+  )
 
 
 def check(device: str, found: Sequence[str], binary: str) -> None:
