@@ -1,5 +1,7 @@
 """Seeded epochs: the order every result in docs/ was trained with."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -57,3 +59,31 @@ def test_zero_epochs_is_empty_and_negative_is_an_error():
   assert list(base.shuffled_epochs(EXAMPLES, 0, seed=1).as_numpy_iterator()) == []
   with pytest.raises(ValueError, match='epochs must be >= 0, got -1'):
     base.shuffled_epochs(EXAMPLES, -1, seed=1)
+
+
+def _batches(dataset):
+  return [tuple(part.tolist() for part in batch) for batch in dataset.as_numpy_iterator()]
+
+
+def test_task_datasets_are_the_pipeline_built_in_python():
+  """`Task.train_dataset`/`test_dataset` call a traced builder: same batches
+  as the task's preprocessing applied to `create_tf_dataset_for_client`."""
+  from tests import test_utils  # pylint: disable=g-import-not-at-top
+
+  task = test_utils.tiny_task(num_clients=4)
+  for i, client in enumerate(task.client_ids):
+    for epochs, seed in [(1, i), (3, 2**40 + i), (0, i)]:
+      raw = task.train_data.create_tf_dataset_for_client(client)
+      expected = _batches(task.preprocess_train(raw, epochs, 3, seed))
+      assert _batches(task.train_dataset(client, epochs=epochs, batch_size=3, seed=seed)) == expected
+    raw = task.test_data.create_tf_dataset_for_client(client)
+    assert _batches(task.test_dataset(client, batch_size=3)) == _batches(task.preprocess_eval(raw, 3))
+  assert _batches(task.train_dataset(task.client_ids[0], epochs=2, batch_size=3, seed=1)) != _batches(
+      task.train_dataset(task.client_ids[0], epochs=2, batch_size=3, seed=2))
+  # One trace per (split, epochs, batch size), whatever the clients and seeds.
+  assert {key: f.experimental_get_tracing_count() for key, f in task._builders.items()} == {  # pylint: disable=protected-access
+      ('train', 1, 3): 1, ('train', 3, 3): 1, ('train', 0, 3): 1, ('train', 2, 3): 1, ('test', 3): 1
+  }
+  # A changed task traces its own builders.
+  other = dataclasses.replace(task, name='other')
+  assert other._builders == {}  # pylint: disable=protected-access

@@ -14,7 +14,11 @@ A `Task` bundles
 
 The datasets a `Task` returns have tf.data's autotuning off
 (`runtime.client_datasets.without_autotuning` says why), also for client
-work that is TFF's own (Local, FedProx).
+work that is TFF's own (Local, FedProx). They come from one `tf.function`
+per (split, epochs, batch size), traced once and then called with the
+client id and seed: building the pipeline in Python traced its `map`
+functions again for every client (FEMNIST: 21 ms a dataset against 1.2 ms;
+the program builds every round's datasets, and every evaluated client's).
 
 Blocks follow FedPer (Arivazhagan et al. 2019): a model is a stack of blocks,
 numbered from the top, the classifier being block 1. `ModelSpec.blocks` lists
@@ -98,17 +102,35 @@ class Task:
   preprocess_train: Callable[[tf.data.Dataset, int, int, int], tf.data.Dataset]
   preprocess_eval: Callable[[tf.data.Dataset, int], tf.data.Dataset]
   default_personal_blocks: int = 1
+  # The traced dataset builders, by (split, epochs, batch size); not a field
+  # that `dataclasses.replace` copies, so a changed task traces its own.
+  _builders: dict = dataclasses.field(
+      default_factory=dict, init=False, repr=False, compare=False, hash=False
+  )
 
   @property
   def client_ids(self) -> list[str]:
     return self.train_data.client_ids
 
+  def _builder(self, key: tuple[Any, ...], build: Callable[..., tf.data.Dataset]):
+    """`build` as a `tf.function` of (client id, seed), traced once per `key`."""
+    if key not in self._builders:
+      self._builders[key] = tf.function(
+          build,
+          input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)],
+      )
+    return self._builders[key]
+
   def train_dataset(
       self, client_id: str, *, epochs: int, batch_size: int, seed: int
   ) -> tf.data.Dataset:
     """Batches of `(x, y)` for one client's local training."""
-    raw = self.train_data.create_tf_dataset_for_client(client_id)
-    return client_datasets.without_autotuning(self.preprocess_train(raw, epochs, batch_size, seed))
+    read = self.train_data.serializable_dataset_fn
+    build = self._builder(
+        ('train', epochs, batch_size),
+        lambda client, seed_: self.preprocess_train(read(client), epochs, batch_size, seed_),
+    )
+    return client_datasets.without_autotuning(build(client_id, np.int64(seed)))
 
   def train_dataset_computation(self, *, epochs: int, batch_size: int) -> tff.Computation:
     """`train_dataset` built inside the TFF runtime from a client id and seed.
@@ -133,8 +155,11 @@ class Task:
 
   def test_dataset(self, client_id: str, *, batch_size: int) -> tf.data.Dataset:
     """Batches of `(x, y)` of one client's own test split."""
-    raw = self.test_data.create_tf_dataset_for_client(client_id)
-    return client_datasets.without_autotuning(self.preprocess_eval(raw, batch_size))
+    read = self.test_data.serializable_dataset_fn
+    build = self._builder(
+        ('test', batch_size), lambda client, _: self.preprocess_eval(read(client), batch_size)
+    )
+    return client_datasets.without_autotuning(build(client_id, np.int64(0)))
 
 
 class DataUnavailableError(Exception):
