@@ -108,14 +108,7 @@ MAX_CONCURRENT_CALLS = flags.DEFINE_integer(
     'max_concurrent_calls', -1,
     "TFF worker's limit on TensorFlow computations running at once (-1: none).",
 )
-DEVICE = flags.DEFINE_enum(
-    'device', 'auto', devices.DEVICES,
-    'What the TFF worker trains on (auto, cpu, gpu: see bin/train.py --device); the'
-    ' floor runs on the same kind of device.',
-)
-WORKER_BINARY = flags.DEFINE_string(
-    'worker_binary', None, "TFF's worker binary (e.g. a CUDA build); default: the TFF wheel's."
-)
+DEVICE, WORKER_BINARY = devices.define_flags(' The floor runs on the same kind of device.')
 STORED_CLIENTS = flags.DEFINE_list(
     'stored_clients', ['100', '100000'],
     'Populations of stored personal states (the first timed algorithm with'

@@ -36,14 +36,7 @@ MAX_CONCURRENT_CALLS = flags.DEFINE_integer(
     'Most parallel calls of one computation (clients trained at once); nonpositive: no limit.',
 )
 
-DEVICE = flags.DEFINE_enum(
-    'device', 'auto', devices.DEVICES,
-    'What the worker trains on: auto (what it finds), cpu (GPUs hidden), gpu (exit 2'
-    ' unless it finds a GPU; needs a CUDA build of the worker, --worker_binary).',
-)
-WORKER_BINARY = flags.DEFINE_string(
-    'worker_binary', None, "TFF's C++ worker binary (e.g. a CUDA build); default: the TFF wheel's."
-)
+DEVICE, WORKER_BINARY = devices.define_flags()
 
 
 def _port_free(port: int) -> bool:

@@ -336,16 +336,8 @@ WORKERS = flags.DEFINE_string(
     " round's clients are spread over them. Default: a local worker. Not part of"
     ' the run: a run may resume on other workers or locally.',
 )
-DEVICE = flags.DEFINE_enum(
-    'device', 'auto', devices.DEVICES,
-    "What the local TFF worker trains on: auto (what it finds), cpu (GPUs hidden),"
-    ' gpu (fail at start-up unless it finds a GPU; needs a CUDA build of the worker,'
-    ' --worker_binary). With --workers, set it on each bin/worker.py. Not part of the run.',
-)
-WORKER_BINARY = flags.DEFINE_string(
-    'worker_binary', None,
-    "TFF's C++ worker binary to run locally (e.g. a CUDA build); default: the one in"
-    " TFF's wheel. With --workers, set it on each bin/worker.py. Not part of the run.",
+DEVICE, WORKER_BINARY = devices.define_flags(
+    ' Local runs only: with --workers, set it on each bin/worker.py. Not part of the run.'
 )
 
 # Data of the tasks.
