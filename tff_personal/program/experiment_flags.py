@@ -603,8 +603,11 @@ def exit_on_errors():
     exit_with_error(e, code=1)
 
 
-def install_context() -> None:
-  """The TFF execution context of --workers (default: a local worker, --device)."""
+def install_context() -> Optional[str]:
+  """The TFF execution context of --workers (default: a local worker, --device).
+
+  Returns what the local worker trains on (`devices.describe`); None with --workers.
+  """
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
 
   if not WORKERS.value:
@@ -614,8 +617,7 @@ def install_context() -> None:
       raise UsageError(f'--worker_binary={WORKER_BINARY.value}: {e}.') from None
     except devices.DeviceError as e:
       raise UsageError(str(e)) from None
-    print(f'TFF worker trains on: {devices.describe(worker.devices)}', flush=True)
-    return
+    return devices.describe(worker.devices)
   for holder in (DEVICE, WORKER_BINARY):
     if flags.FLAGS[holder.name].present:
       raise UsageError(
@@ -630,6 +632,7 @@ def install_context() -> None:
     context.install_remote_context(addresses)
   except context.WorkerUnavailableError as e:
     raise UsageError(f'--workers={WORKERS.value}: {e}') from None
+  return None
 
 
 def build_task(check_sampling: bool = True):
