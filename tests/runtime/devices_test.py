@@ -98,7 +98,8 @@ def test_a_worker_reports_its_devices(device):
     with open(f'/proc/{worker.pid}/environ', 'rb') as f:
       environment = f.read().split(b'\0')
     assert (b'CUDA_VISIBLE_DEVICES=-1' in environment) == (device == 'cpu')
-    log_path = worker._log_path  # pylint: disable=protected-access
+    # The worker's log is an unlinked temporary file: nothing is left behind.
+    assert os.readlink(f'/proc/{worker.pid}/fd/2').endswith('.log (deleted)')
     found = context.probe_devices(worker)
     assert found == worker.devices
     assert '/physical_device:CPU:0' in found
@@ -106,7 +107,6 @@ def test_a_worker_reports_its_devices(device):
       assert not devices.gpus(found)
   finally:
     worker.stop()
-  assert not os.path.exists(log_path)  # The temporary log goes with the worker.
 
 
 def test_gpu_fails_at_start_up_with_the_pip_worker():
@@ -135,3 +135,17 @@ def test_the_installed_worker_cannot_switch_device(tff_context):
   with pytest.raises(devices.DeviceError, match='--device=gpu'):
     context.install_local_context(device='gpu')
   assert context.install_local_context(device='auto').devices == ('/physical_device:CPU:0',)
+
+
+def test_a_named_worker_log_is_appended_to(tmp_path, monkeypatch):
+  log = tmp_path / 'worker.log'
+  log.write_text('an earlier run: Found devices: [/physical_device:GPU:7]\n')
+  monkeypatch.setenv('TFF_PERSONAL_WORKER_LOG', str(log))
+  worker = context.WorkerProcess()
+  worker.start()
+  try:
+    assert context.probe_devices(worker) == ('/physical_device:CPU:0',)  # Not the earlier run's.
+  finally:
+    worker.stop()
+  assert log.read_text().startswith('an earlier run')
+  assert 'Found devices: [/physical_device:CPU:0]' in log.read_text()

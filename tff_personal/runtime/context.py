@@ -14,8 +14,9 @@ worker itself and guarantees it dies with the Python process:
   Linux parent-death signal (`PR_SET_PDEATHSIG`), so the kernel kills it.
 
 The worker never inherits our stdout/stderr: its log goes to a file (a
-temporary one, removed when it stops, unless `TFF_PERSONAL_WORKER_LOG` names
-one), so even in the worst case it cannot hold a pipe of ours open. That log
+temporary one, unlinked as soon as it is open, unless
+`TFF_PERSONAL_WORKER_LOG` names one), so even in the worst case it cannot
+hold a pipe of ours open. That log
 is also where the worker reports the devices it found (`devices`: `--device`
 and `--worker_binary`, a CUDA build of TFF's worker).
 
@@ -123,9 +124,8 @@ class WorkerProcess:
     self._process: Optional[subprocess.Popen] = None
     self._stub = None
     self._lock = threading.Lock()
-    self._log_path: Optional[str] = None
-    self._log_start = 0  # Where this start's output begins in the log file.
-    self._log_is_temporary = False
+    self._log_reader = None  # The worker's log, opened for reading.
+    self._log_start = 0  # Where this start's output begins in it.
     self.devices: Optional[tuple[str, ...]] = None  # Set by `probe_devices`.
 
   @property
@@ -176,27 +176,35 @@ class WorkerProcess:
       logging.debug('TFF worker pid %d serving on port %d', self.pid, port)
 
   def _open_log(self):
-    """The worker's log file, opened for appending; notes where this start begins."""
-    if self._log_path is None:
-      self._log_path = os.environ.get('TFF_PERSONAL_WORKER_LOG')
-      if self._log_path is None:
-        fd, self._log_path = tempfile.mkstemp(prefix='tff_worker_', suffix='.log')
-        os.close(fd)
-        self._log_is_temporary = True
-    log = open(self._log_path, 'ab')
+    """The worker's log, opened for appending (for the worker) and reading.
+
+    `TFF_PERSONAL_WORKER_LOG` names a file to append to; otherwise a
+    temporary file, removed from the file system at once (the two open
+    descriptors keep it), so that nothing is left behind even when this
+    process is killed.
+    """
+    if self._log_reader is not None:
+      self._log_reader.close()
+    path = os.environ.get('TFF_PERSONAL_WORKER_LOG')
+    temporary = path is None
+    if temporary:
+      fd, path = tempfile.mkstemp(prefix='tff_worker_', suffix='.log')
+      os.close(fd)
+    try:
+      log = open(path, 'ab')
+      self._log_reader = open(path, 'rb')
+    finally:
+      if temporary:
+        os.remove(path)
     self._log_start = log.tell()
     return log
 
   def log_text(self) -> str:
-    """What the running worker has logged since it started."""
-    if self._log_path is None:
+    """What the worker has logged since it last started."""
+    if self._log_reader is None:
       return ''
-    try:
-      with open(self._log_path, 'rb') as log:
-        log.seek(self._log_start)
-        return log.read().decode('utf-8', errors='replace')
-    except FileNotFoundError:
-      return ''
+    self._log_reader.seek(self._log_start)
+    return self._log_reader.read().decode('utf-8', errors='replace')
 
   def stub(self):
     """Returns a ready gRPC stub, restarting the worker if it has died."""
@@ -218,12 +226,9 @@ class WorkerProcess:
         process.wait()
       except ProcessLookupError:
         pass
-    if self._log_is_temporary:
-      try:
-        os.remove(self._log_path)
-      except OSError:
-        pass
-      self._log_path, self._log_is_temporary = None, False
+    if self._log_reader is not None:
+      self._log_reader.close()
+      self._log_reader = None
 
 
 _worker: Optional[WorkerProcess] = None
