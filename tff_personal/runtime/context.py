@@ -16,9 +16,9 @@ worker itself and guarantees it dies with the Python process:
 The worker never inherits our stdout/stderr: its log goes to a file (a
 temporary one, unlinked as soon as it is open, unless
 `TFF_PERSONAL_WORKER_LOG` names one), so even in the worst case it cannot
-hold a pipe of ours open. That log
-is also where the worker reports the devices it found (`devices`: `--device`
-and `--worker_binary`, a CUDA build of TFF's worker).
+hold a pipe of ours open. That log is also where the worker reports the
+devices it found (`devices`: `--device`, and `--worker_binary` for a CUDA
+build of TFF's worker).
 
 Usage: call `install_local_context()` once, from the main thread, before any
 TFF computation is invoked. Every binary and test fixture does.
