@@ -65,12 +65,14 @@ def _batches(dataset):
   return [tuple(part.tolist() for part in batch) for batch in dataset.as_numpy_iterator()]
 
 
-def test_task_datasets_are_the_pipeline_built_in_python():
+@pytest.mark.parametrize('examples_in_memory', [False, True])
+def test_task_datasets_are_the_pipeline_built_in_python(examples_in_memory):
   """`Task.train_dataset`/`test_dataset` call a traced builder: same batches
   as the task's preprocessing applied to `create_tf_dataset_for_client`."""
   from tests import test_utils  # pylint: disable=g-import-not-at-top
 
-  task = test_utils.tiny_task(num_clients=4)
+  task = dataclasses.replace(test_utils.tiny_task(num_clients=4),
+                             examples_in_memory=examples_in_memory)
   for i, client in enumerate(task.client_ids):
     for epochs, seed in [(1, i), (3, 2**40 + i), (0, i)]:
       raw = task.train_data.create_tf_dataset_for_client(client)
@@ -87,3 +89,4 @@ def test_task_datasets_are_the_pipeline_built_in_python():
   # A changed task traces its own builders.
   other = dataclasses.replace(task, name='other')
   assert other._builders == {}  # pylint: disable=protected-access
+

@@ -129,6 +129,35 @@ def test_dataset_computation_gives_the_same_batches(task):
   np.testing.assert_array_equal(np.concatenate(inside_y), np.concatenate(outside_y))
 
 
+def _batches(dataset):
+  return [tuple(part.tolist() for part in batch) for batch in dataset.as_numpy_iterator()]
+
+
+def _serialized_graph_bytes(dataset) -> int:
+  policy = tf.data.experimental.ExternalStatePolicy.FAIL
+  return len(dataset._as_serialized_graph(external_state_policy=policy).numpy())  # pylint: disable=protected-access
+
+
+def test_a_client_dataset_holds_its_own_examples_only(task):
+  """The graph of a client's dataset, serialized into every TFF call, holds
+  that client's examples (once an epoch: `base.shuffled_epochs` concatenates
+  the passes): read by a string tensor (`examples_in_memory` off), it would
+  hold every client's."""
+  assert task.examples_in_memory
+  client = task.client_ids[0]
+  all_bytes = NUM * 28 * 28
+  own_bytes = len(_ids(task.train_data, client)) * 28 * 28
+  assert own_bytes < all_bytes / 5
+  train = task.train_dataset(client, epochs=2, batch_size=4, seed=3)
+  test = task.test_dataset(client, batch_size=4)
+  assert _serialized_graph_bytes(train) < 2 * own_bytes + 20_000  # Once an epoch.
+  assert _serialized_graph_bytes(test) < own_bytes + 20_000
+  by_id = dataclasses.replace(task, examples_in_memory=False)
+  assert _serialized_graph_bytes(by_id.train_dataset(client, epochs=2, batch_size=4, seed=3)) > all_bytes
+  assert _batches(train) == _batches(by_id.train_dataset(client, epochs=2, batch_size=4, seed=3))
+  assert _batches(test) == _batches(by_id.test_dataset(client, batch_size=4))
+
+
 def test_deterministic_given_seed(options, task):
   again = fmnist.build_fmnist_task(options)
   assert _ids(again.test_data, 'client_000') == _ids(task.test_data, 'client_000')

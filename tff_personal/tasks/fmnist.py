@@ -184,6 +184,7 @@ def task_from_arrays(
       preprocess_train=preprocess_train,
       preprocess_eval=preprocess_eval,
       default_personal_blocks=1,
+      examples_in_memory=True,
   )
 
 
