@@ -37,7 +37,7 @@ def main(argv):
     with ef.exit_on_errors():
       ef.check_output_dir_writable(experiment.path)
       task = ef.build_task()
-      worker_devices = ef.install_context()
+      worker_devices = ef.install_context(task)
       if worker_devices:
         print(f'TFF worker trains on: {worker_devices}', flush=True)
       summary = ef.train(task, ef.build_algorithm(task))

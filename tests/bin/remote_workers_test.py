@@ -9,6 +9,7 @@ local runtime to the uninterrupted results.
 import csv
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -106,6 +107,48 @@ def test_unreachable_worker_is_a_usage_error(tmp_path):
   bad = train(['--algorithm=fedavg', '--workers=localhost'], tmp_path)
   assert bad.returncode == 2
   assert "'localhost' is not host:port" in bad.stderr
+
+
+_CHECK_READ = """
+import sys
+import numpy as np
+import tensorflow as tf
+from tff_personal.runtime import context
+
+context.install_remote_context([sys.argv[1]])
+readable = tf.data.Dataset.from_tensor_slices(np.arange(3))
+context.check_workers_read([readable])
+for path in sys.argv[2:]:
+  unreadable = tf.data.experimental.SqlDataset(
+      'sqlite', path, 'SELECT label FROM examples', (tf.int64,))
+  try:
+    context.check_workers_read([readable, unreadable])
+  except context.WorkerDataError as e:
+    print(e)
+"""
+
+
+def test_a_worker_that_cannot_read_the_data_is_named(tmp_path):
+  """A worker without the files a dataset's graph names (README, "Data on
+  the workers"): an empty database, then a missing one, which kills TFF's
+  worker. bin/train.py turns these errors into a one-line exit 2."""
+  empty = tmp_path / 'empty.sqlite'
+  sqlite3.connect(empty).close()
+  worker, address = start_worker()
+  try:
+    run = subprocess.run(
+        [sys.executable, '-c', _CHECK_READ, address, str(empty), str(tmp_path / 'absent' / 'x')],
+        capture_output=True, text=True, env=_ENV, timeout=300, check=True,
+    )
+  finally:
+    if worker.poll() is None:
+      stop_worker(worker)
+  assert run.stdout.strip().splitlines() == [
+      f"the TFF worker at {address} cannot read the task's data: Failed to run computation:"
+      ' Prepare() failed: [1] no such table: examples: SELECT label FROM examples.',
+      f"the TFF worker at {address} stopped while reading the task's data (it does where a"
+      ' database file is missing).',
+  ], run.stdout
 
 
 def test_a_worker_dying_mid_run_leaves_a_resumable_checkpoint(local_results, tmp_path):

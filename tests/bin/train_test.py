@@ -317,3 +317,14 @@ def test_bad_device_flags(argv, expected, capsys, cache_dir, tmp_path):
     run_main(SMALL_RUN + [f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}'] + argv)
   assert re.search(expected, one_line_error(capsys, excinfo))
   assert not list(tmp_path.rglob('*.*'))  # Before any output file.
+
+
+def test_task_cache_dir_is_absolute(tmp_path, monkeypatch):
+  """TFF's workers open the SQLite files the datasets' graphs name from their
+  own working directories, so the task gets an absolute --cache_dir."""
+  monkeypatch.chdir(tmp_path)
+  with flagsaver.flagsaver():
+    ef.parse_flags_or_exit(['train.py', '--cache_dir=cache'])
+    assert ef.task_options().cache_dir == str(tmp_path / 'cache')
+    ef.parse_flags_or_exit(['train.py', '--cache_dir=~/x'])
+    assert ef.task_options().cache_dir == os.path.join(os.path.expanduser('~'), 'x')

@@ -436,7 +436,9 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
 def task_options() -> task_registry.TaskOptions:
   return task_registry.TaskOptions(
       seed=SEED.value,
-      cache_dir=CACHE_DIR.value,
+      # Absolute: the datasets' graphs name the SQLite files, and TFF's
+      # workers open them from their own working directories.
+      cache_dir=os.path.abspath(os.path.expanduser(CACHE_DIR.value)),
       data_dir=DATA_DIR.value,
       femnist_path=FEMNIST_PATH.value,
       partition=PARTITION.value,
@@ -603,10 +605,13 @@ def exit_on_errors():
     exit_with_error(e, code=1)
 
 
-def install_context() -> Optional[str]:
+def install_context(task=None) -> Optional[str]:
   """The TFF execution context of --workers (default: a local worker, --device).
 
-  Returns what the local worker trains on (`devices.describe`); None with --workers.
+  With --workers and a `task`, every worker must read the first client's
+  train and test data (README, "Data on the workers"), or
+  `base.DataUnavailableError`. Returns what the local worker trains on
+  (`devices.describe`); None with --workers.
   """
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
 
@@ -632,6 +637,20 @@ def install_context() -> Optional[str]:
     context.install_remote_context(addresses)
   except context.WorkerUnavailableError as e:
     raise UsageError(f'--workers={WORKERS.value}: {e}') from None
+  if task is not None:
+    from tff_personal.tasks import base  # pylint: disable=g-import-not-at-top
+
+    client = task.client_ids[0]
+    try:
+      context.check_workers_read([
+          task.train_dataset(client, epochs=1, batch_size=1, seed=0),
+          task.test_dataset(client, batch_size=1),
+      ])
+    except context.WorkerDataError as e:
+      raise base.DataUnavailableError(
+          f'--workers={WORKERS.value}: {e} Every worker needs the task\'s files at the same'
+          ' paths as this machine (README, "Data on the workers").'
+      ) from None
   return None
 
 

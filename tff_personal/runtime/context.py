@@ -46,6 +46,7 @@ from typing import Optional
 
 from absl import logging
 import grpc
+import numpy as np
 import portpicker
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -406,6 +407,10 @@ class WorkerUnavailableError(RuntimeError):
   """A remote TFF worker cannot be reached (at start-up or during a round)."""
 
 
+class WorkerDataError(RuntimeError):
+  """A remote TFF worker cannot read a client's dataset."""
+
+
 _WORKER_LOST_AFTER_SECONDS = 10.0
 
 
@@ -507,8 +512,10 @@ def install_remote_context(addresses, ready_timeout_seconds: float = 30.0) -> No
   (client-placed results then come back in the order the workers finish:
   `runtime.client_keys` matches them to their clients).
   """
+  global _remote_stubs
   _drop_import_time_context()
   stubs = [_remote_stub(a, ready_timeout_seconds) for a in addresses]
+  _remote_stubs = stubs
   if len(stubs) == 1:
     context = tff.framework.SyncExecutionContext(
         executor_fn=_executor_factory(stubs[0]), **_context_kwargs()
@@ -521,6 +528,45 @@ def install_remote_context(addresses, ready_timeout_seconds: float = 30.0) -> No
         for stub in stubs
     ])
   tff.framework.set_default_context(context)
+
+
+_remote_stubs: list = []  # Of the context `install_remote_context` installed.
+
+
+def check_workers_read(datasets) -> None:
+  """Reads the first element of each `tf.data.Dataset` on every worker that
+  `install_remote_context` connected to, one worker at a time.
+
+  A client's dataset reaches a worker as a graph, which can name files of
+  this machine (the SQLite databases of TFF's loaders); a worker without
+  them would fail in the first round, with TensorFlow's error deep in a
+  gRPC traceback. Raises `WorkerDataError` naming the worker and that error;
+  TFF 0.87's worker dies (SIGSEGV) where TensorFlow's SQLite reader cannot
+  open a database file, which is then the error.
+  """
+  for stub in _remote_stubs:
+    worker_context = tff.framework.SyncExecutionContext(
+        executor_fn=_executor_factory(stub), **_context_kwargs()
+    )
+    for dataset in datasets:
+
+      @tff.tensorflow.computation(tff.SequenceType(tff.types.tensorflow_to_type(dataset.element_spec)))
+      def first_elements(data):
+        return data.take(1).reduce(np.int64(0), lambda count, _: count + 1)
+
+      try:
+        with tff.framework.get_context_stack().install(worker_context):
+          first_elements(dataset)
+      except grpc.RpcError as e:
+        detail = (e.details() or str(e.code())).splitlines()[0]
+        raise WorkerDataError(
+            f'the TFF worker at {stub.address} cannot read the task\'s data: {detail}.'
+        ) from None
+      except WorkerUnavailableError:
+        raise WorkerDataError(
+            f'the TFF worker at {stub.address} stopped while reading the task\'s data'
+            ' (it does where a database file is missing).'
+        ) from None
 
 
 def shutdown() -> None:
