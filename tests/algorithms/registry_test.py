@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tests import test_utils
 from tff_personal.algorithms import registry
+from tff_personal.personal import process as process_lib
 
 TASK = test_utils.tiny_task(num_clients=3, hidden=3)
 
@@ -33,3 +34,45 @@ def test_robust_aggregator_runs_a_round(algorithm, aggregator):
 def test_unknown_algorithm():
   with pytest.raises(ValueError, match='Unknown algorithm'):
     registry.build_algorithm('fedsgd', TASK, registry.AlgorithmOptions())
+
+
+def _assert_same(actual, expected):
+  tf.nest.map_structure(np.testing.assert_array_equal, actual, expected)
+
+
+@pytest.mark.parametrize('algorithm, options', [
+    ('fedavg', dict(nfl_detection=True)),
+    ('fedper', {}),
+    ('ditto', {}),
+    ('apfl', {}),
+    ('lindt', dict(lindt_mode='on_detection', nfl_detection=True)),
+])
+def test_split_round_gives_next_results(algorithm, options):
+  """`process.split_round` (client phase, then server phase) is `next` in
+  two calls: the same state, personal states and metrics over two rounds."""
+  process = registry.build_algorithm(
+      algorithm, TASK, registry.AlgorithmOptions(client_learning_rate=0.1, **options)
+  )
+  split = process.split_round
+  assert split is not None
+  state = split_state = process.initialize()
+  weights = process.get_model_weights(state)
+  personal = [process.initial_personal_state(c, weights) for c in TASK.client_ids]
+  split_personal = personal
+  for round_num in range(2):
+    data = [
+        process.client_input(TASK.train_dataset(c, epochs=1, batch_size=4, seed=round_num))
+        for c in TASK.client_ids
+    ]
+    output = process.next(state, data, personal)
+    split_output = process_lib.run_split_round(split, split_state, data, split_personal)
+    _assert_same(split_output.state, output.state)
+    _assert_same(split_output.personal_states, output.personal_states)
+    _assert_same(split_output.metrics, output.metrics)
+    state, personal = output.state, output.personal_states
+    split_state, split_personal = split_output.state, split_output.personal_states
+  assert not np.array_equal(
+      tf.nest.flatten(weights)[0], tf.nest.flatten(process.get_model_weights(state))[0]
+  )
+  assert str(split.client_phase.type_signature.result).startswith('{<update=')
+  assert 'personal_state' not in str(split.server_phase.type_signature.parameter[1])

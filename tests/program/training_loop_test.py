@@ -9,10 +9,12 @@ import pytest
 
 from tests import test_utils
 from tff_personal.algorithms import registry as algorithm_registry
+from tff_personal.personal import process as process_lib
 from tff_personal.personal import store as store_lib
 from tff_personal.program import checkpoints
 from tff_personal.program import outputs
 from tff_personal.program import training_loop
+from tff_personal.runtime import context
 
 TASK = test_utils.tiny_task(num_clients=6, hidden=3)
 OPTIONS = algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=2)
@@ -311,3 +313,27 @@ def test_central_accuracy_is_the_global_model_on_the_pooled_test_sets(
   if algorithm != 'fedavg':
     # The personal models are not the global model.
     assert any(r['global_model/loss'] != r['loss'] for r in rows)
+
+
+@pytest.mark.parametrize('algorithm', ['ditto', 'lindt_on_detection'])
+def test_split_rounds_on_several_workers_equal_next(algorithm, tmp_path, monkeypatch):
+  """On several workers the loop runs each round as the process's split
+  round (`process.SplitRound`): the same outputs as with `next`."""
+  assert process_for(algorithm).split_round is not None
+  train(algorithm, tmp_path, 'next')
+  calls = []
+  monkeypatch.setattr(context, 'runs_on_several_workers', lambda: True)
+  monkeypatch.setattr(process_lib, 'run_split_round', _counting(process_lib.run_split_round, calls))
+  train(algorithm, tmp_path, 'split')
+  assert len(calls) == 6  # Every round split.
+  runs = {name: outputs.ExperimentDir(str(tmp_path), name) for name in ('next', 'split')}
+  assert (without_timing(outputs.RoundCsv(runs['split'].metrics_path).read())
+          == without_timing(outputs.RoundCsv(runs['next'].metrics_path).read()))
+  assert outputs.RoundCsv(runs['split'].eval_path).read() == outputs.RoundCsv(runs['next'].eval_path).read()
+
+
+def _counting(fn, calls):
+  def counted(*args, **kwargs):
+    calls.append(1)
+    return fn(*args, **kwargs)
+  return counted

@@ -28,6 +28,15 @@ state `nfl_norm_aggregator`), so everything the round releases is private.
 
 Only `update` (and that scalar) and the metrics leave the clients;
 `personal_state` stays at CLIENTS.
+
+The process also offers the round as two calls (`process.SplitRound`), for
+TFF's mergeable context on several workers, which would train every client
+twice in `next`:
+  client_phase: (<S@SERVER, {C}@CLIENTS, {P}@CLIENTS> -> {R}@CLIENTS)   steps 1-2
+  server_phase: (<S@SERVER, {R without personal_state}@CLIENTS>
+                 -> <S@SERVER, M@SERVER>)                              steps 3-4
+R is step 2's result; the updates stay client-placed until the server
+phase aggregates them.
 """
 
 import collections
@@ -264,16 +273,16 @@ def build_process(
     def weight_concentration(mean_weight_by_weight, total_weight):
       return detector_lib.weight_concentration(mean_weight_by_weight, total_weight)
 
-  @tff.federated_computation(
-      state_type,
-      tff.FederatedType(input_type, tff.CLIENTS),
-      tff.FederatedType(personal_type, tff.CLIENTS),
-  )
-  def next_fn(state, client_data, personal_states):
+  def client_part(state, client_data, personal_states):
+    """{client_update's result}@CLIENTS."""
     client_args = (tff.federated_broadcast(state.global_model_weights), personal_states, client_data)
     if client_takes_nfl_flag:  # The flag the detector raised up to the last round.
       client_args += (tff.federated_broadcast(state.nfl.flagged),)
-    client_outputs = tff.federated_map(client_update, client_args)
+    return tff.federated_map(client_update, client_args)
+
+  def server_part(state, client_outputs):
+    """<new state, metrics>, both @SERVER, from the clients' results (their
+    personal states unused)."""
     aggregated = aggregation.next(
         state.aggregator, client_outputs.update, client_outputs.update_weight
     )
@@ -314,9 +323,30 @@ def build_process(
       new_state['nfl'], metrics['nfl'] = detected[0], detected[1]
       if norm_aggregation is not None:
         new_state['nfl_norm_aggregator'] = norm_aggregated.state
+    return tff.federated_zip(new_state), tff.federated_zip(metrics)
+
+  client_data_type = tff.FederatedType(input_type, tff.CLIENTS)
+  personal_states_type = tff.FederatedType(personal_type, tff.CLIENTS)
+
+  @tff.federated_computation(state_type, client_data_type, personal_states_type)
+  def next_fn(state, client_data, personal_states):
+    client_outputs = client_part(state, client_data, personal_states)
+    new_state, metrics = server_part(state, client_outputs)
     return process_lib.PersonalizedProcessOutput(
-        tff.federated_zip(new_state), client_outputs.personal_state, tff.federated_zip(metrics)
+        new_state, client_outputs.personal_state, metrics
     )
+
+  @tff.federated_computation(state_type, client_data_type, personal_states_type)
+  def client_phase(state, client_data, personal_states):
+    return client_part(state, client_data, personal_states)
+
+  @tff.federated_computation(
+      state_type,
+      tff.FederatedType(process_lib.sent_to_server_type(client_update.type_signature.result),
+                        tff.CLIENTS),
+  )
+  def server_phase(state, client_outputs):
+    return server_part(state, client_outputs)
 
   @tff.tensorflow.computation(state_type.member)
   def get_model_weights(state):
@@ -340,4 +370,5 @@ def build_process(
       finetuned_evaluation_fn=functools.partial(
           per_client.build_finetuned_evaluation, *evaluation_args
       ),
+      split_round=process_lib.SplitRound(client_phase, server_phase),
   )

@@ -16,6 +16,10 @@ LINDT, APFL and Local all need that, so every algorithm of tff_personal is a
   finetuned_evaluation(learning_rate): the same clients' models fine-tuned
      on their own training data first (`evaluation.per_client`).
 
+Processes on `algorithms.shared_model` also offer `split_round`: the same
+round as two calls, for runtimes that would otherwise train the clients
+twice (`SplitRound`).
+
 C, a client's input, is its dataset D* or, for processes that simulate
 update attacks, <data=D*, role, seed> (`client_input` builds it).
 
@@ -43,6 +47,56 @@ class PersonalizedProcessOutput(NamedTuple):
   metrics: Any
 
 
+PERSONAL_STATE = 'personal_state'
+
+
+def sent_to_server_type(client_result_type: tff.StructType) -> tff.StructType:
+  """A client result <personal_state=P, ...> without its personal state."""
+  return tff.StructWithPythonType(
+      [(name, t) for name, t in tff.structure.iter_elements(client_result_type)
+       if name != PERSONAL_STATE],
+      collections.OrderedDict,
+  )
+
+
+class SplitRound(NamedTuple):
+  """`next` as two calls: the clients' work, then the server's.
+
+    client_phase: (<S@SERVER, {C}@CLIENTS, {P}@CLIENTS> -> {R}@CLIENTS),
+      R = <personal_state=P, update, ...> (the client's whole result)
+    server_phase: (<S@SERVER, {R without personal_state}@CLIENTS>
+                   -> <S@SERVER, M@SERVER>)
+
+  Same results as `next`. For TFF's mergeable context (several workers):
+  TFF 0.87 compiles `next` into a pass up to the aggregation and one after
+  it, and the pass after it computes the client-placed results (personal
+  states) again, so every client trains twice; the client phase has no
+  aggregation and runs once on each worker. The clients' results (their
+  updates) then travel to the program and back to the workers.
+  """
+
+  client_phase: tff.Computation
+  server_phase: tff.Computation
+
+
+def run_split_round(split: SplitRound, state, client_data, personal_states,
+                    run_client_phase=None) -> 'PersonalizedProcessOutput':
+  """`next(state, client_data, personal_states)` as the two calls of `split`;
+  `run_client_phase(client_phase, arg)` calls the first (default: directly),
+  e.g. with the clients' results matched to them by key."""
+  arg = (state, client_data, personal_states)
+  if run_client_phase is None:
+    results = split.client_phase(*arg)
+  else:
+    results = run_client_phase(split.client_phase, arg)
+  sent = [
+      collections.OrderedDict((k, v) for k, v in r.items() if k != PERSONAL_STATE)
+      for r in results
+  ]
+  new_state, metrics = split.server_phase(state, sent)
+  return PersonalizedProcessOutput(new_state, [r[PERSONAL_STATE] for r in results], metrics)
+
+
 class PersonalizedProcess(tff.templates.IterativeProcess):
   """An iterative process whose clients keep personal state between rounds.
 
@@ -59,6 +113,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
       client_input_fn: Optional[ClientInputFn] = None,
       finetuned_evaluation_fn: Optional[Callable[[float], tff.Computation]] = None,
       sends_updates: bool = True,
+      split_round: Optional[SplitRound] = None,
   ):
     """Builds the process from its computations.
 
@@ -76,6 +131,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
         evaluation computation; None: the process has none.
       sends_updates: False for processes whose clients send the server
         nothing (Local): update attacks then have nothing to act on.
+      split_round: `next` as two calls (`SplitRound`); None: not offered.
     """
     super().__init__(initialize_fn, next_fn)
     self._get_model_weights = get_model_weights
@@ -85,6 +141,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
     self._finetuned_evaluation_fn = finetuned_evaluation_fn
     self._finetuned_evaluations = {}
     self._sends_updates = sends_updates
+    self._split_round = split_round
     parameter = next_fn.type_signature.parameter
     if len(parameter) != 3:
       raise TypeError(
@@ -120,6 +177,11 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
     if self._client_input_fn is None:
       return dataset
     return self._client_input_fn(dataset, role, seed)
+
+  @property
+  def split_round(self) -> Optional[SplitRound]:
+    """`next` as two calls, or None (`SplitRound`)."""
+    return self._split_round
 
   @property
   def sends_updates(self) -> bool:

@@ -381,7 +381,13 @@ class _KeyedComputations:
   """
 
   def __init__(self, task, process, config: TrainingConfig):
-    self.next = client_keys.with_client_keys(process.next)
+    self._next = client_keys.with_client_keys(process.next)
+    # On several workers a round is two calls (`process.SplitRound` says why).
+    self._split = None
+    if process.split_round is not None and context.runs_on_several_workers():
+      self._split = process.split_round._replace(
+          client_phase=client_keys.with_client_keys(process.split_round.client_phase)
+      )
     if config.finetune_epochs:
       evaluate = process.finetuned_evaluation(config.finetune_learning_rate)
     else:
@@ -394,6 +400,16 @@ class _KeyedComputations:
       self.central = client_keys.with_client_keys(
           per_client.build_global_model_evaluation(task.model.tff_model_fn)
       )
+
+
+  def next(self, state, client_data, personal_states, keys):
+    """`process.next` (or its split round) with the clients' `keys`."""
+    if self._split is None:
+      return client_keys.call_in_key_order(self._next, (state, client_data, personal_states), keys)
+    return process_lib.run_split_round(
+        self._split, state, client_data, personal_states,
+        lambda client_phase, arg: client_keys.call_in_key_order(client_phase, arg, keys),
+    )
 
 
 def _is_whole_model(task, process) -> bool:
@@ -421,9 +437,7 @@ def _train_round(
   personal_states = personal.read(
       clients, round_num, lambda: process.get_model_weights(state)
   )
-  output = client_keys.call_in_key_order(
-      keyed_next, (state, client_data, personal_states), [client_index[c] for c in clients]
-  )
+  output = keyed_next(state, client_data, personal_states, [client_index[c] for c in clients])
   row = collections.OrderedDict(round=round_num)
   row.update(outputs.flatten_metrics(output.metrics))
   _check_finite(round_num, row)  # Before anything of the round is written.

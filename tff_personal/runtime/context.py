@@ -233,6 +233,7 @@ class WorkerProcess:
 
 
 _worker: Optional[WorkerProcess] = None
+_remote_stubs: list = []  # The workers of the context `install_remote_context` installed.
 _handlers_installed = False
 
 
@@ -530,7 +531,9 @@ def install_remote_context(addresses, ready_timeout_seconds: float = 30.0) -> No
   tff.framework.set_default_context(context)
 
 
-_remote_stubs: list = []  # Of the context `install_remote_context` installed.
+def runs_on_several_workers() -> bool:
+  """Whether `install_remote_context` installed TFF's mergeable context."""
+  return len(_remote_stubs) > 1
 
 
 def check_workers_read(datasets) -> None:
