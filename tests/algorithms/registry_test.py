@@ -46,6 +46,7 @@ def _assert_same(actual, expected):
     ('ditto', {}),
     ('apfl', {}),
     ('lindt', dict(lindt_mode='on_detection', nfl_detection=True)),
+    ('local', {}),
 ])
 def test_split_round_gives_next_results(algorithm, options):
   """`process.split_round` (client phase, then server phase) is `next` in
@@ -71,8 +72,8 @@ def test_split_round_gives_next_results(algorithm, options):
     _assert_same(split_output.metrics, output.metrics)
     state, personal = output.state, output.personal_states
     split_state, split_personal = split_output.state, split_output.personal_states
-  assert not np.array_equal(
-      tf.nest.flatten(weights)[0], tf.nest.flatten(process.get_model_weights(state))[0]
-  )
-  assert str(split.client_phase.type_signature.result).startswith('{<update=')
+  moved = personal[0] if algorithm == 'local' else process.get_model_weights(state)
+  assert not np.array_equal(tf.nest.flatten(weights)[0], tf.nest.flatten(moved)[0])
+  if algorithm != 'local':  # Local sends no update.
+    assert str(split.client_phase.type_signature.result).startswith('{<update=')
   assert 'personal_state' not in str(split.server_phase.type_signature.parameter[1])

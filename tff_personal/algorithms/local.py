@@ -9,6 +9,13 @@ time it is seen, and aggregates training metrics. A client whose update is
 not finite keeps its model (TFF zeroes such updates) and is counted in the
 `non_finite_clients` metric.
 
+The client step is the function TFF's model-delta client work maps over
+the clients (`model_delta_client_work.build_model_delta_update_with_tff_optimizer`,
+TFF 0.87), composed here with the metrics' aggregation rather than called
+through `client_work.next`, so that the round also splits into the clients'
+work and the server's (`process.SplitRound`; on several workers TFF's
+mergeable form would otherwise train every client twice).
+
   initialize: ( -> <model_weights=W0, client_work=C>@SERVER)
   next: (<S@SERVER, {D*}@CLIENTS, {W}@CLIENTS> -> <S@SERVER, {W}@CLIENTS, M@SERVER>)
   evaluate: (<W0@SERVER, {D*}@CLIENTS, {W}@CLIENTS> -> {E}@CLIENTS)
@@ -20,6 +27,7 @@ import functools
 
 import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow_federated.python.learning.templates import model_delta_client_work
 
 from tff_personal.evaluation import per_client
 from tff_personal.personal import process as process_lib
@@ -40,16 +48,21 @@ def build_local(
   """
   # Nothing is averaged, so the update weight only flags non-finite updates:
   # with UNIFORM weighting TFF sets it to 0 exactly for those.
+  weighting = tff.learning.ClientWeighting.UNIFORM
+  # A loop over the batches, not `dataset.reduce` (`client_training.reduce_batches`).
+  loop = tff.learning.LoopImplementation.DATASET_ITERATOR
+  optimizer = tff.learning.optimizers.build_sgdm(client_learning_rate)
   client_work = tff.learning.templates.build_model_delta_client_work(
-      model.tff_model_fn,
-      tff.learning.optimizers.build_sgdm(client_learning_rate),
-      client_weighting=tff.learning.ClientWeighting.UNIFORM,
-      # A loop over the batches, not `dataset.reduce` (`client_training.reduce_batches`).
-      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+      model.tff_model_fn, optimizer, client_weighting=weighting, loop_implementation=loop
   )
   initial_weights_fn = process_lib.constant_computation(model.initial_weights(seed))
   weights_type = initial_weights_fn.type_signature.result
   data_type = client_work.next.type_signature.parameter[2]
+  hparams_type = client_work.initialize.type_signature.result.member
+  with tf.Graph().as_default():
+    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
+        model.tff_model_fn().metric_finalizers()
+    )
 
   @tff.federated_computation
   def initialize_fn():
@@ -61,49 +74,63 @@ def build_local(
     )
 
   state_type = initialize_fn.type_signature.result
-  result_type = client_work.next.type_signature.result.result.member
 
-  @tff.tensorflow.computation(weights_type, result_type)
-  def apply_client_update(weights, client_result):
-    # TFF's client work reports update = initial - trained weights (zeroed
-    # when non-finite, which leaves the personal model unchanged).
-    return ModelWeights(
-        trainable=tf.nest.map_structure(
-            tf.subtract, weights.trainable, client_result.update
-        ),
+  @tff.tensorflow.computation(hparams_type, weights_type, data_type.member)
+  def client_update(hparams, weights, dataset):
+    """The client step of `client_work` (TFF's model-delta client update)."""
+    train = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
+        model_fn=model.tff_model_fn, weighting=weighting, loop_implementation=loop
+    )
+    result, model_output = train(optimizer, weights, dataset, hparams)
+    # TFF's update is initial - trained weights, zeroed when non-finite,
+    # which leaves the personal model unchanged.
+    trained = ModelWeights(
+        trainable=tf.nest.map_structure(tf.subtract, weights.trainable, result.update),
         non_trainable=weights.non_trainable,
     )
+    return collections.OrderedDict(
+        personal_state=trained,
+        model_output=model_output,
+        non_finite=tf.cast(tf.equal(result.update_weight, 0.0), tf.int32),
+    )
 
-  @tff.tensorflow.computation(result_type)
-  def is_non_finite(client_result):
-    return tf.cast(tf.equal(client_result.update_weight, 0.0), tf.int32)
+  def client_part(state, client_data, personal_states):
+    return tff.federated_map(
+        client_update,
+        (tff.federated_broadcast(state.client_work), personal_states, client_data),
+    )
+
+  def server_part(state, client_outputs):
+    metrics = collections.OrderedDict(
+        client_work=tff.federated_zip(
+            collections.OrderedDict(train=metrics_aggregation(client_outputs.model_output))
+        ),
+        non_finite_clients=tff.federated_sum(client_outputs.non_finite),
+    )
+    return state, tff.federated_zip(metrics)
+
+  personal_states_type = tff.FederatedType(weights_type, tff.CLIENTS)
+
+  @tff.federated_computation(state_type, data_type, personal_states_type)
+  def next_fn(state, client_data, personal_states):
+    client_outputs = client_part(state, client_data, personal_states)
+    new_state, metrics = server_part(state, client_outputs)
+    return process_lib.PersonalizedProcessOutput(
+        new_state, client_outputs.personal_state, metrics
+    )
+
+  @tff.federated_computation(state_type, data_type, personal_states_type)
+  def client_phase(state, client_data, personal_states):
+    return client_part(state, client_data, personal_states)
 
   @tff.federated_computation(
       state_type,
-      data_type,
-      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(
+          process_lib.sent_to_server_type(client_update.type_signature.result), tff.CLIENTS
+      ),
   )
-  def next_fn(state, client_data, personal_states):
-    output = client_work.next(state.client_work, personal_states, client_data)
-    new_personal_states = tff.federated_map(
-        apply_client_update, (personal_states, output.result)
-    )
-    new_state = tff.federated_zip(
-        collections.OrderedDict(
-            model_weights=state.model_weights, client_work=output.state
-        )
-    )
-    metrics = tff.federated_zip(
-        collections.OrderedDict(
-            client_work=output.measurements,
-            non_finite_clients=tff.federated_sum(
-                tff.federated_map(is_non_finite, output.result)
-            ),
-        )
-    )
-    return process_lib.PersonalizedProcessOutput(
-        new_state, new_personal_states, metrics
-    )
+  def server_phase(state, client_outputs):
+    return server_part(state, client_outputs)
 
   @tff.tensorflow.computation(state_type.member)
   def get_model_weights(state):
@@ -125,4 +152,5 @@ def build_local(
           per_client.build_finetuned_evaluation, *evaluation_args
       ),
       sends_updates=False,
+      split_round=process_lib.SplitRound(client_phase, server_phase),
   )
