@@ -111,26 +111,10 @@ def build_local(
 
   personal_states_type = tff.FederatedType(weights_type, tff.CLIENTS)
 
-  @tff.federated_computation(state_type, data_type, personal_states_type)
-  def next_fn(state, client_data, personal_states):
-    client_outputs = client_part(state, client_data, personal_states)
-    new_state, metrics = server_part(state, client_outputs)
-    return process_lib.PersonalizedProcessOutput(
-        new_state, client_outputs.personal_state, metrics
-    )
-
-  @tff.federated_computation(state_type, data_type, personal_states_type)
-  def client_phase(state, client_data, personal_states):
-    return client_part(state, client_data, personal_states)
-
-  @tff.federated_computation(
-      state_type,
-      tff.FederatedType(
-          process_lib.sent_to_server_type(client_update.type_signature.result), tff.CLIENTS
-      ),
+  next_fn, split_round = process_lib.build_round(
+      state_type, data_type, personal_states_type, client_update.type_signature.result,
+      client_part, server_part,
   )
-  def server_phase(state, client_outputs):
-    return server_part(state, client_outputs)
 
   @tff.tensorflow.computation(state_type.member)
   def get_model_weights(state):
@@ -152,5 +136,5 @@ def build_local(
           per_client.build_finetuned_evaluation, *evaluation_args
       ),
       sends_updates=False,
-      split_round=process_lib.SplitRound(client_phase, server_phase),
+      split_round=split_round,
   )

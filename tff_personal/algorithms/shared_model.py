@@ -328,25 +328,10 @@ def build_process(
   client_data_type = tff.FederatedType(input_type, tff.CLIENTS)
   personal_states_type = tff.FederatedType(personal_type, tff.CLIENTS)
 
-  @tff.federated_computation(state_type, client_data_type, personal_states_type)
-  def next_fn(state, client_data, personal_states):
-    client_outputs = client_part(state, client_data, personal_states)
-    new_state, metrics = server_part(state, client_outputs)
-    return process_lib.PersonalizedProcessOutput(
-        new_state, client_outputs.personal_state, metrics
-    )
-
-  @tff.federated_computation(state_type, client_data_type, personal_states_type)
-  def client_phase(state, client_data, personal_states):
-    return client_part(state, client_data, personal_states)
-
-  @tff.federated_computation(
-      state_type,
-      tff.FederatedType(process_lib.sent_to_server_type(client_update.type_signature.result),
-                        tff.CLIENTS),
+  next_fn, split_round = process_lib.build_round(
+      state_type, client_data_type, personal_states_type, client_update.type_signature.result,
+      client_part, server_part,
   )
-  def server_phase(state, client_outputs):
-    return server_part(state, client_outputs)
 
   @tff.tensorflow.computation(state_type.member)
   def get_model_weights(state):
@@ -370,5 +355,5 @@ def build_process(
       finetuned_evaluation_fn=functools.partial(
           per_client.build_finetuned_evaluation, *evaluation_args
       ),
-      split_round=process_lib.SplitRound(client_phase, server_phase),
+      split_round=split_round,
   )

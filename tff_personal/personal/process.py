@@ -79,6 +79,39 @@ class SplitRound(NamedTuple):
   server_phase: tff.Computation
 
 
+def build_round(state_type, client_data_type, personal_states_type, client_result_type,
+                client_part, server_part) -> tuple[tff.Computation, SplitRound]:
+  """`next` and its `SplitRound`, both built from the round's two parts.
+
+  Args:
+    state_type, client_data_type, personal_states_type: `next`'s parameter
+      types (S@SERVER, {C}@CLIENTS, {P}@CLIENTS).
+    client_result_type: R, a client's result, with a `personal_state` P.
+    client_part: `(state, client_data, personal_states) -> {R}@CLIENTS`, in
+      a federated computation.
+    server_part: `(state, client results) -> (S@SERVER, M@SERVER)`; reads
+      no personal state.
+  """
+
+  @tff.federated_computation(state_type, client_data_type, personal_states_type)
+  def next_fn(state, client_data, personal_states):
+    client_results = client_part(state, client_data, personal_states)
+    new_state, metrics = server_part(state, client_results)
+    return PersonalizedProcessOutput(new_state, client_results.personal_state, metrics)
+
+  @tff.federated_computation(state_type, client_data_type, personal_states_type)
+  def client_phase(state, client_data, personal_states):
+    return client_part(state, client_data, personal_states)
+
+  @tff.federated_computation(
+      state_type, tff.FederatedType(sent_to_server_type(client_result_type), tff.CLIENTS)
+  )
+  def server_phase(state, client_results):
+    return server_part(state, client_results)
+
+  return next_fn, SplitRound(client_phase, server_phase)
+
+
 def run_split_round(split: SplitRound, state, client_data, personal_states,
                     run_client_phase=None) -> 'PersonalizedProcessOutput':
   """`next(state, client_data, personal_states)` as the two calls of `split`;
