@@ -315,7 +315,7 @@ def test_central_accuracy_is_the_global_model_on_the_pooled_test_sets(
     assert any(r['global_model/loss'] != r['loss'] for r in rows)
 
 
-@pytest.mark.parametrize('algorithm', ['ditto', 'lindt_on_detection'])
+@pytest.mark.parametrize('algorithm', ['ditto', 'lindt_on_detection', 'local'])
 def test_split_rounds_on_several_workers_equal_next(algorithm, tmp_path, monkeypatch):
   """On several workers the loop runs each round as the process's split
   round (`process.SplitRound`): the same outputs as with `next`."""
