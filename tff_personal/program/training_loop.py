@@ -401,7 +401,6 @@ class _KeyedComputations:
           per_client.build_global_model_evaluation(task.model.tff_model_fn)
       )
 
-
   def next(self, state, client_data, personal_states, keys):
     """`process.next` (or its split round) with the clients' `keys`."""
     if self._split is None:

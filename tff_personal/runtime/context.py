@@ -536,6 +536,16 @@ def runs_on_several_workers() -> bool:
   return len(_remote_stubs) > 1
 
 
+def _first_element_count(element_spec) -> tff.Computation:
+  """(D* -> int64): how many of a dataset's first element it reads (0 or 1)."""
+
+  @tff.tensorflow.computation(tff.SequenceType(tff.types.tensorflow_to_type(element_spec)))
+  def first_elements(data):
+    return data.take(1).reduce(np.int64(0), lambda count, _: count + 1)
+
+  return first_elements
+
+
 def check_workers_read(datasets) -> None:
   """Reads the first element of each `tf.data.Dataset` on every worker that
   `install_remote_context` connected to, one worker at a time.
@@ -547,19 +557,15 @@ def check_workers_read(datasets) -> None:
   TFF 0.87's worker dies (SIGSEGV) where TensorFlow's SQLite reader cannot
   open a database file, which is then the error.
   """
+  reads = [(_first_element_count(dataset.element_spec), dataset) for dataset in datasets]
   for stub in _remote_stubs:
     worker_context = tff.framework.SyncExecutionContext(
         executor_fn=_executor_factory(stub), **_context_kwargs()
     )
-    for dataset in datasets:
-
-      @tff.tensorflow.computation(tff.SequenceType(tff.types.tensorflow_to_type(dataset.element_spec)))
-      def first_elements(data):
-        return data.take(1).reduce(np.int64(0), lambda count, _: count + 1)
-
+    for read, dataset in reads:
       try:
         with tff.framework.get_context_stack().install(worker_context):
-          first_elements(dataset)
+          read(dataset)
       except grpc.RpcError as e:
         detail = (e.details() or str(e.code())).splitlines()[0]
         raise WorkerDataError(
