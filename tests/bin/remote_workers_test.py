@@ -66,11 +66,13 @@ def local_results(tmp_path_factory):
   """The local runtime's results of an algorithm (one run each, shared)."""
   root, cache = tmp_path_factory.mktemp('local'), {}
 
-  def get(algorithm):
-    if algorithm not in cache:
-      train([f'--algorithm={algorithm}', '--experiment_name=local'], root / algorithm, check=True)
-      cache[algorithm] = results(root / algorithm, 'local')
-    return cache[algorithm]
+  def get(algorithm, args=()):
+    key = (algorithm,) + tuple(args)
+    if key not in cache:
+      path = root / '_'.join(key).replace('-', '').replace('=', '')
+      train([f'--algorithm={algorithm}', '--experiment_name=local', *args], path, check=True)
+      cache[key] = results(path, 'local')
+    return cache[key]
 
   return get
 
@@ -84,16 +86,25 @@ def workers():
       stop_worker(worker)
 
 
-@pytest.mark.parametrize('algorithm', ['fedavg', 'ditto'])
-def test_two_workers_give_the_local_results(algorithm, workers, local_results, tmp_path):
+@pytest.mark.parametrize('algorithm, args, remote_args', [
+    ('fedavg', [], []),
+    ('ditto', [], []),
+    # 3 clients a worker: the split round's server phase runs on this
+    # machine's worker, so the updates are summed in the local order.
+    ('ditto', ['--clients_per_round=6'], []),
+    ('ditto', [], ['--nosplit_rounds']),  # `next`, through TFF's mergeable form.
+], ids=['fedavg', 'ditto', 'ditto_3_clients_a_worker', 'ditto_next'])
+def test_two_workers_give_the_local_results(algorithm, args, remote_args, workers, local_results,
+                                            tmp_path):
   remote = train(
-      [f'--algorithm={algorithm}', '--experiment_name=remote', f'--workers={",".join(workers)}'],
+      [f'--algorithm={algorithm}', '--experiment_name=remote', f'--workers={",".join(workers)}',
+       *args, *remote_args],
       tmp_path, check=True,
   )
   assert 'round 3/3' in remote.stdout
   remote_results = results(tmp_path, 'remote')
   assert len(remote_results['eval_per_client.csv']) == 6
-  assert remote_results == local_results(algorithm)
+  assert remote_results == local_results(algorithm, args)
 
 
 def test_unreachable_worker_is_a_usage_error(tmp_path):

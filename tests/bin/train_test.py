@@ -310,9 +310,12 @@ def test_flags_txt_reruns_the_same_run(tmp_path):
         (['--device=gpu', '--workers=localhost:1'],
          '--device chooses the local worker; with --workers, pass it to each bin/worker.py'),
         (['--device=tpu'], '--device=tpu: value should be one of <auto|cpu|gpu>'),
+        (['--nosplit_rounds'], '--nosplit_rounds applies to runs on two or more --workers'),
+        (['--split_rounds', '--workers=localhost:1'],
+         '--split_rounds applies to runs on two or more --workers'),
     ],
 )
-def test_bad_device_flags(argv, expected, capsys, cache_dir, tmp_path):
+def test_bad_worker_and_device_flags(argv, expected, capsys, cache_dir, tmp_path):
   with pytest.raises(SystemExit) as excinfo:
     run_main(SMALL_RUN + [f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}'] + argv)
   assert re.search(expected, one_line_error(capsys, excinfo))

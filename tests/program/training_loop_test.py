@@ -60,7 +60,8 @@ def process_for(algorithm):
   return _PROCESSES[algorithm]
 
 
-def train(algorithm, root, name, total_rounds=6, run_config=None, run_config_defaults=None):
+def train(algorithm, root, name, total_rounds=6, run_config=None, run_config_defaults=None,
+          split_rounds=True):
   config = training_loop.TrainingConfig(
       **{**CONFIG.__dict__, 'total_rounds': total_rounds}
   )
@@ -72,6 +73,7 @@ def train(algorithm, root, name, total_rounds=6, run_config=None, run_config_def
       run_config=run_config or {'algorithm': algorithm, 'total_rounds': total_rounds},
       run_config_defaults=run_config_defaults,
       progress_stream=None,
+      split_rounds=split_rounds,
   )
 
 
@@ -330,6 +332,17 @@ def test_split_rounds_on_several_workers_equal_next(algorithm, tmp_path, monkeyp
   assert (without_timing(outputs.RoundCsv(runs['split'].metrics_path).read())
           == without_timing(outputs.RoundCsv(runs['next'].metrics_path).read()))
   assert outputs.RoundCsv(runs['split'].eval_path).read() == outputs.RoundCsv(runs['next'].eval_path).read()
+
+
+def test_split_rounds_off_calls_next_on_several_workers(tmp_path, monkeypatch):
+  """`split_rounds=False` (`--nosplit_rounds`) keeps `next` on several workers."""
+  calls = []
+  monkeypatch.setattr(context, 'runs_on_several_workers', lambda: True)
+  monkeypatch.setattr(process_lib, 'run_split_round', _counting(process_lib.run_split_round, calls))
+  train('local', tmp_path, 'next', total_rounds=2, split_rounds=False)
+  assert not calls
+  train('local', tmp_path, 'split', total_rounds=2)
+  assert len(calls) == 2
 
 
 def _counting(fn, calls):

@@ -71,12 +71,13 @@ def wait_until_gone(pids, timeout=20.0) -> set[int]:
     'mode, signum, expected_returncode',
     [
         ('exit', None, 0),
+        ('here', None, 0),
         ('raise', None, 1),
         ('wait', signal.SIGINT, None),
         ('wait', signal.SIGTERM, 128 + signal.SIGTERM),
         ('wait', signal.SIGKILL, -signal.SIGKILL),
     ],
-    ids=['normal_exit', 'exception', 'sigint', 'sigterm', 'sigkill'],
+    ids=['normal_exit', 'started_on_demand', 'exception', 'sigint', 'sigterm', 'sigkill'],
 )
 def test_no_worker_survives_the_run(mode, signum, expected_returncode):
   run, worker_pid, children = start_run(mode)

@@ -72,7 +72,10 @@ class SplitRound(NamedTuple):
   it, and the pass after it computes the client-placed results (personal
   states) again, so every client trains twice; the client phase has no
   aggregation and runs once on each worker. The clients' results (their
-  updates) then travel to the program and back to the workers.
+  updates) then travel to the program, which runs the server phase on its
+  own machine's worker (`context.call_on_local_worker`): on a real network,
+  sending them back to the workers cost more than the second training pass
+  (docs/results_scale.md, session 22).
   """
 
   client_phase: tff.Computation
@@ -113,10 +116,13 @@ def build_round(state_type, client_data_type, personal_states_type, client_resul
 
 
 def run_split_round(split: SplitRound, state, client_data, personal_states,
-                    run_client_phase=None) -> 'PersonalizedProcessOutput':
-  """`next(state, client_data, personal_states)` as the two calls of `split`;
+                    run_client_phase=None, run_server_phase=None) -> 'PersonalizedProcessOutput':
+  """`next(state, client_data, personal_states)` as the two calls of `split`.
+
   `run_client_phase(client_phase, arg)` calls the first (default: directly),
-  e.g. with the clients' results matched to them by key."""
+  e.g. with the clients' results matched to them by key;
+  `run_server_phase(server_phase, arg)` the second, e.g. on another context.
+  """
   arg = (state, client_data, personal_states)
   if run_client_phase is None:
     results = split.client_phase(*arg)
@@ -126,7 +132,10 @@ def run_split_round(split: SplitRound, state, client_data, personal_states,
       collections.OrderedDict((k, v) for k, v in r.items() if k != PERSONAL_STATE)
       for r in results
   ]
-  new_state, metrics = split.server_phase(state, sent)
+  if run_server_phase is None:
+    new_state, metrics = split.server_phase(state, sent)
+  else:
+    new_state, metrics = run_server_phase(split.server_phase, (state, sent))
   return PersonalizedProcessOutput(new_state, [r[PERSONAL_STATE] for r in results], metrics)
 
 

@@ -336,6 +336,15 @@ WORKERS = flags.DEFINE_string(
     " round's clients are spread over them. Default: a local worker. Not part of"
     ' the run: a run may resume on other workers or locally.',
 )
+SPLIT_ROUNDS = flags.DEFINE_boolean(
+    'split_rounds', True,
+    'With two or more --workers: run each round as two calls where the algorithm'
+    ' offers it (README, "Remote TFF workers"), the clients\' work on the workers and'
+    ' then the aggregation of their returned updates on this machine\'s TFF worker.'
+    ' Each client trains once and its update crosses the network once;'
+    ' --nosplit_rounds calls `next`, which TFF 0.87 runs on several workers with'
+    ' every client trained twice and only aggregates returned. Not part of the run.',
+)
 DEVICE, WORKER_BINARY = devices.define_flags(
     ' Local runs only: with --workers, set it on each bin/worker.py. Not part of the run.'
 )
@@ -616,6 +625,7 @@ def install_context(task=None) -> Optional[str]:
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
 
   if not WORKERS.value:
+    _check_split_rounds(0)
     try:
       worker = context.install_local_context(device=DEVICE.value, binary=WORKER_BINARY.value)
     except ValueError as e:  # The binary.
@@ -633,6 +643,7 @@ def install_context(task=None) -> Optional[str]:
     addresses = context.parse_worker_addresses(WORKERS.value)
   except ValueError as e:
     raise UsageError(f'--workers={WORKERS.value}: {e}.') from None
+  _check_split_rounds(len(addresses))
   try:
     context.install_remote_context(addresses)
   except context.WorkerUnavailableError as e:
@@ -652,6 +663,14 @@ def install_context(task=None) -> Optional[str]:
           ' paths as this machine (README, "Data on the workers").'
       ) from None
   return None
+
+
+def _check_split_rounds(num_workers: int) -> None:
+  if flags.FLAGS['split_rounds'].present and num_workers < 2:
+    raise UsageError(
+        f'--{"" if SPLIT_ROUNDS.value else "no"}split_rounds applies to runs on two or more'
+        ' --workers (one worker runs `next` once per round).'
+    )
 
 
 def build_task(check_sampling: bool = True):
@@ -866,4 +885,5 @@ def train(task, process) -> dict[str, Any]:
       run_config=run_config(),
       run_config_defaults=run_config_defaults(),
       progress_stream=sys.stdout,
+      split_rounds=SPLIT_ROUNDS.value,
   )

@@ -195,6 +195,7 @@ def run_training(
     run_config: Mapping[str, Any],
     run_config_defaults: Optional[Mapping[str, Any]] = None,
     progress_stream: Optional[TextIO] = None,
+    split_rounds: bool = True,
 ) -> dict[str, Any]:
   """Trains `process` on `task`, resuming from `experiment` when possible.
 
@@ -211,6 +212,11 @@ def run_training(
       its default (so older runs resume when it is left at its default).
     progress_stream: where the per-round progress lines go (e.g. sys.stdout);
       None prints nothing.
+    split_rounds: on several workers, run a round as `process.split_round`'s
+      two calls where the process offers them, the second on this machine's
+      worker (each client trains once; its update returns to the program)
+      instead of `process.next` (which TFF 0.87's mergeable context runs
+      with every client trained twice).
 
   Returns:
     The run summary (also written to `summary.json`).
@@ -254,7 +260,7 @@ def run_training(
   eval_csv.truncate_after(start_round)
   outputs.write_json(experiment.config_path, dict(run_config))
 
-  keyed = _KeyedComputations(task, process, config)
+  keyed = _KeyedComputations(task, process, config, split_rounds)
   central_key = _central_accuracy_key(process, keyed, config, accuracy_name)
   last_eval_summary = _last_eval_summary(metrics_csv)
   round_times = []
@@ -380,11 +386,11 @@ class _KeyedComputations:
   come back in the order the workers finish.
   """
 
-  def __init__(self, task, process, config: TrainingConfig):
+  def __init__(self, task, process, config: TrainingConfig, split_rounds: bool = True):
     self._next = client_keys.with_client_keys(process.next)
     # On several workers a round is two calls (`process.SplitRound` says why).
     self._split = None
-    if process.split_round is not None and context.runs_on_several_workers():
+    if split_rounds and process.split_round is not None and context.runs_on_several_workers():
       self._split = process.split_round._replace(
           client_phase=client_keys.with_client_keys(process.split_round.client_phase)
       )
@@ -408,6 +414,7 @@ class _KeyedComputations:
     return process_lib.run_split_round(
         self._split, state, client_data, personal_states,
         lambda client_phase, arg: client_keys.call_in_key_order(client_phase, arg, keys),
+        lambda server_phase, arg: context.call_on_local_worker(server_phase, *arg),
     )
 
 

@@ -29,6 +29,8 @@ TFF workers started elsewhere (`bin/worker.py`): one worker through TFF's
 splits each round's clients into one sub-round per worker, runs the client
 work up to the aggregation on each, merges the partial aggregates and runs the
 rest (`tff.backends.native.create_mergeable_comp_execution_context`).
+`call_on_local_worker` runs a computation on this machine's worker whatever
+the default context: the server's half of a split round (`process.SplitRound`).
 
 Both contexts talk to their workers through `remote_executor.RemoteExecutor`:
 TFF's, with arguments serialized in place (its docstring says why).
@@ -233,6 +235,7 @@ class WorkerProcess:
 
 
 _worker: Optional[WorkerProcess] = None
+_local_context = None  # `_worker`'s execution context (`_local_execution_context`).
 _remote_stubs: list = []  # The workers of the context `install_remote_context` installed.
 _handlers_installed = False
 
@@ -299,6 +302,25 @@ def install_local_context(
       `auto`, not probed.
     binary: the worker binary (default: the TFF wheel's).
   """
+  worker = _start_local_worker(max_concurrent_computation_calls, device, binary)
+  tff.framework.set_default_context(_local_execution_context())
+  return worker
+
+
+def call_on_local_worker(computation: tff.Computation, *args):
+  """`computation(*args)` on this machine's TFF worker, whatever the default
+  context (the worker starts on first use, as `install_local_context` starts
+  it). With several `--workers`, the server's half of a split round runs here
+  (`process.SplitRound`): the clients' updates reach it over loopback instead
+  of crossing the network to a worker again.
+  """
+  if _worker is None or _local_context is None:
+    _start_local_worker(-1, None, None)
+  with tff.framework.get_context_stack().install(_local_execution_context()):
+    return computation(*args)
+
+
+def _start_local_worker(max_concurrent_computation_calls, device, binary) -> 'WorkerProcess':
   global _worker
   if _worker is not None:
     binary = worker_binary_path(binary)
@@ -324,20 +346,27 @@ def install_local_context(
     except BaseException:
       worker.stop()
       raise
-
-  def executor_fn(cardinalities):
-    cardinalities.setdefault(tff.CLIENTS, 0)  # As TFF's own local factory.
-    executor = remote_executor.RemoteExecutor(worker.stub())
-    executor.set_cardinalities(cardinalities)
-    return executor
-
-  context = tff.framework.SyncExecutionContext(
-      executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_fn),
-      **_context_kwargs(),
-  )
-  tff.framework.set_default_context(context)
   _worker = worker
   return worker
+
+
+def _local_execution_context() -> tff.framework.SyncExecutionContext:
+  """The execution context of the worker `_start_local_worker` started."""
+  global _local_context
+  if _local_context is None:
+    worker = _worker
+
+    def executor_fn(cardinalities):
+      cardinalities.setdefault(tff.CLIENTS, 0)  # As TFF's own local factory.
+      executor = remote_executor.RemoteExecutor(worker.stub())
+      executor.set_cardinalities(cardinalities)
+      return executor
+
+    _local_context = tff.framework.SyncExecutionContext(
+        executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_fn),
+        **_context_kwargs(),
+    )
+  return _local_context
 
 
 def serve(
@@ -511,10 +540,15 @@ def install_remote_context(addresses, ready_timeout_seconds: float = 30.0) -> No
   address, every computation runs on that worker; with several, TFF's
   mergeable computation context spreads each round's clients over them
   (client-placed results then come back in the order the workers finish:
-  `runtime.client_keys` matches them to their clients).
+  `runtime.client_keys` matches them to their clients), and this machine's
+  worker starts too, for `call_on_local_worker`.
   """
   global _remote_stubs
   _drop_import_time_context()
+  if len(addresses) > 1:
+    # For `call_on_local_worker`: started before any gRPC channel exists, as
+    # forking a process while gRPC's threads run is unsafe.
+    _start_local_worker(-1, None, None)
   stubs = [_remote_stub(a, ready_timeout_seconds) for a in addresses]
   _remote_stubs = stubs
   if len(stubs) == 1:
