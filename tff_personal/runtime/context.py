@@ -314,7 +314,7 @@ def call_on_local_worker(computation: tff.Computation, *args):
   (`process.SplitRound`): the clients' updates reach it over loopback instead
   of crossing the network to a worker again.
   """
-  if _worker is None or _local_context is None:
+  if _worker is None:
     _start_local_worker(-1, None, None)
   with tff.framework.get_context_stack().install(_local_execution_context()):
     return computation(*args)
