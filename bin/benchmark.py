@@ -31,7 +31,8 @@ Prints, on the same clients' data and the same model:
   (an identity over {P}@CLIENTS), the transport part of a round;
 * the round as the program runs it, with the personal state store in the
   loop (read the clients' states, `next`, write them back behind the next
-  round), and the share of that round spent in store calls;
+  round), its ratio to the round without the store (timed in alternation,
+  one next to the other), and the share of that round spent in store calls;
 * the store part of a round (read and write of the round's clients, and the
   checkpoint's compaction and fingerprint) with --stored_clients states
   already stored (e.g. 100 vs 100,000): whether a round grows with the
@@ -117,6 +118,23 @@ STORED_CLIENTS = flags.DEFINE_list(
 
 # Passes over a client's data per round, relative to FedAvg's one.
 _PASSES = {'fedavg': 1, 'fedper': 1, 'fedprox': 1, 'local': 1, 'ditto': 2, 'apfl': 2, 'lindt': 2}
+
+
+def _alternating(plain_fn, other_fn, rounds: int) -> tuple[float, float]:
+  """Median seconds of `other_fn` and median ratio of each of its rounds to
+  the `plain_fn` round timed next to it (the order alternates)."""
+  plain_fn()
+  other_fn()
+  seconds, ratios = [], []
+  for i in range(rounds):
+    pair = {}
+    for name, fn in (('plain', plain_fn), ('other', other_fn))[::1 if i % 2 == 0 else -1]:
+      started = time.monotonic()
+      fn()
+      pair[name] = time.monotonic() - started
+    seconds.append(pair['other'])
+    ratios.append(pair['other'] / pair['plain'])
+  return statistics.median(seconds), statistics.median(ratios)
 
 
 def _median_seconds(fn, rounds: int) -> float:
@@ -332,29 +350,29 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
   one_round()
   first_call = time.monotonic() - started
   paired = _paired(one_round, paired_with[0], _PASSES[name], paired_with[1])
-  round_seconds = paired.seconds
   composed_next = client_datasets.compose_client_datasets(dataset_computation, process.next)
   composed_seconds = _median_seconds(round_fn(composed_next, [
       process.client_input(k) if process.takes_client_roles else k for k in client_ids
   ]), ROUNDS.value)
 
-  with_store_seconds, store_seconds = round_seconds, 0.0
+  with_store = None
   if process.has_personal_state:
     store = store_lib.ClientStateStore(os.path.join(store_dir, f'{name}.sqlite'), create=True)
     store.write(0, {c: _flat(s) for c, s in zip(clients, holder['personal'])})
     calls = []
-    with_store_seconds = _median_seconds(
-        round_fn(process.next, client_data, store, calls), ROUNDS.value
+    # Next to plain rounds: this VM's speed drifts more than the store costs.
+    seconds, ratio = _alternating(
+        one_round, round_fn(process.next, client_data, store, calls), ROUNDS.value
     )
-    store_seconds = statistics.median(calls[1:])  # After the warm-up round.
     store.close()
+    with_store = _StoreRound(seconds, ratio, statistics.median(calls[1:]))  # After the warm-up.
   flat = _flat(holder['personal'][0])
   personal_flat = flat if process.has_personal_state else None
   transport_seconds = (
       _transport_seconds(process, holder['personal']) if process.has_personal_state else 0.0
   )
-  return _OurTimes(paired, composed_seconds, with_store_seconds, store_seconds,
-                   first_call, personal_flat, transport_seconds)
+  return _OurTimes(paired, composed_seconds, with_store, first_call, personal_flat,
+                   transport_seconds)
 
 
 def _transport_seconds(process, personal_states) -> float:
@@ -374,11 +392,19 @@ def _transport_seconds(process, personal_states) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class _StoreRound:
+  """The program's round: store read + `next` + store write (write-behind)."""
+
+  seconds: float  # median
+  ratio: float  # median of seconds / the plain round timed next to it
+  store_seconds: float  # median of the round's store calls
+
+
+@dataclasses.dataclass(frozen=True)
 class _OurTimes:
   paired: _Paired  # `next` alone, the clients' datasets serialized into the call.
   composed_seconds: float  # `next` composed with the dataset computation (ids in).
-  with_store_seconds: float  # Store read + `next` + store write.
-  store_seconds: float  # The store calls of that round (read + write, write-behind).
+  with_store: Optional[_StoreRound]  # None without personal state.
   first_call: float  # Trace + first round.
   personal_flat: Optional[list]  # A client's personal state, flat; None without one.
   transport_seconds: float  # The round's personal states into the runtime and back.
@@ -479,9 +505,9 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
         f" autotuning on {stock_autotuned.seconds:.3f} s = {stock_autotuned.ratio:.2f}x"
         f' (CPU {stock_autotuned.cpu_ratio:.2f}x)', flush=True)
   rows.append(('stock tff.learning FedAvg', stock,
-               (stock_composed, stock_composed / stock.floor_seconds), None, None))
-  rows.append(('stock, DATASET_ITERATOR loops', stock_iterator, None, None, None))
-  rows.append(('stock, tf.data autotuning on', stock_autotuned, None, None, None))
+               (stock_composed, stock_composed / stock.floor_seconds), None))
+  rows.append(('stock, DATASET_ITERATOR loops', stock_iterator, None, None))
+  rows.append(('stock, tf.data autotuning on', stock_autotuned, None, None))
   scaling_state, scaling, first_call = None, [], None
   with tempfile.TemporaryDirectory() as store_dir:
     for name in ALGORITHMS.value:
@@ -491,17 +517,23 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
         scaling_state = (name, times.personal_flat)
       paired = times.paired
       own_floor = _PASSES[name] * paired.floor_seconds
-      share = 100 * times.store_seconds / times.with_store_seconds
       rows.append((f'ours: {name}', paired,
                    (times.composed_seconds, times.composed_seconds / own_floor),
-                   times.with_store_seconds, share))
+                   times.with_store))
+      store_text = ''
+      if times.with_store is not None:
+        with_store = times.with_store
+        store_text = (
+            f' with the personal state store in the loop {with_store.seconds:.3f} s'
+            f' ({with_store.ratio:.3f}x the rounds without it timed next to it), of which store'
+            f' calls {with_store.store_seconds * 1000:.1f} ms'
+            f' ({100 * with_store.store_seconds / with_store.seconds:.1f}%);'
+        )
       print(
           f'{name}: {paired.seconds:.3f} s a round = {paired.ratio:.2f}x its floor'
           f' ({_PASSES[name]} floor passes; CPU {paired.cpu_seconds:.2f} s ='
           f' {paired.cpu_ratio:.2f}x); composed from client ids {times.composed_seconds:.3f} s;'
-          f' with the personal state store in the loop {times.with_store_seconds:.3f} s, of'
-          f' which store calls {times.store_seconds * 1000:.1f} ms ({share:.1f}%);'
-          f' personal states into the runtime and back {times.transport_seconds:.3f} s'
+          f'{store_text} personal states into the runtime and back {times.transport_seconds:.3f} s'
           f' ({100 * times.transport_seconds / paired.seconds:.1f}% of the round);'
           f' first call (trace + run) {times.first_call:.1f} s',
           flush=True,
@@ -571,12 +603,16 @@ def main(argv):
       floor_server.close()
   print()
   print('| | s a round | ratio to its floor | CPU-s a round | CPU ratio | composed from ids: s'
-        ' | ratio | with the store in the loop: s | store calls: share of that round |')
-  print('|---|---|---|---|---|---|---|---|---|')
-  print(f'| compute floor (before the pairs) | {floor:.3f} | 1.00 | | 1.00 | | | | |')
-  for label, paired, composed, with_store, store_share in rows:
+        ' | ratio | with the store in the loop: s | ratio to the rounds without it'
+        ' | store calls: share of that round |')
+  print('|---|---|---|---|---|---|---|---|---|---|')
+  print(f'| compute floor (before the pairs) | {floor:.3f} | 1.00 | | 1.00 | | | | | |')
+  for label, paired, composed, with_store in rows:
     composed_cells = f' {composed[0]:.3f} | {composed[1]:.2f} |' if composed else ' | |'
-    store_cells = f' {with_store:.3f} | {store_share:.1f}% |' if with_store else ' | |'
+    store_cells = ' | | |'
+    if with_store is not None:
+      store_cells = (f' {with_store.seconds:.3f} | {with_store.ratio:.3f} |'
+                     f' {100 * with_store.store_seconds / with_store.seconds:.1f}% |')
     print(f'| {label} | {paired.seconds:.3f} | {paired.ratio:.2f} | {paired.cpu_seconds:.2f} |'
           f' {paired.cpu_ratio:.2f} |' + composed_cells + store_cells)
   if scaling:
