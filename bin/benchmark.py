@@ -31,8 +31,9 @@ Prints, on the same clients' data and the same model:
   (an identity over {P}@CLIENTS), the transport part of a round;
 * the round as the program runs it, with the personal state store in the
   loop (read the clients' states, `next`, write them back behind the next
-  round), its ratio to the round without the store (timed in alternation,
-  one next to the other), and the share of that round spent in store calls;
+  round), its ratio to the round without the store (blocks of 3 rounds of
+  each, alternating, a store block timed until its writes are done), and the
+  share of that round spent in store calls;
 * the store part of a round (read and write of the round's clients, and the
   checkpoint's compaction and fingerprint) with --stored_clients states
   already stored (e.g. 100 vs 100,000): whether a round grows with the
@@ -120,20 +121,34 @@ STORED_CLIENTS = flags.DEFINE_list(
 _PASSES = {'fedavg': 1, 'fedper': 1, 'fedprox': 1, 'local': 1, 'ditto': 2, 'apfl': 2, 'lindt': 2}
 
 
-def _alternating(plain_fn, other_fn, rounds: int) -> tuple[float, float]:
-  """Median seconds of `other_fn` and median ratio of each of its rounds to
-  the `plain_fn` round timed next to it (the order alternates)."""
+# Rounds in a row of each kind when the store's rounds are timed against plain ones.
+_STORE_BLOCK_ROUNDS = 3
+
+
+def _in_blocks(plain_fn, store_fn, store_done_fn, blocks: int) -> tuple[float, float]:
+  """Seconds a round of `store_fn` and the ratio to `plain_fn`'s, timed in
+  alternating blocks of `_STORE_BLOCK_ROUNDS` rounds in a row.
+
+  The store writes behind the round, during the next one: a store block is
+  timed until its writes are done (`store_done_fn`), so no plain round pays
+  for them and the store's rounds pay for their own. Medians over `blocks`
+  pairs of blocks.
+  """
   plain_fn()
-  other_fn()
+  store_fn()
+  store_done_fn()
   seconds, ratios = [], []
-  for i in range(rounds):
-    pair = {}
-    for name, fn in (('plain', plain_fn), ('other', other_fn))[::1 if i % 2 == 0 else -1]:
-      started = time.monotonic()
-      fn()
-      pair[name] = time.monotonic() - started
-    seconds.append(pair['other'])
-    ratios.append(pair['other'] / pair['plain'])
+  for _ in range(blocks):
+    started = time.monotonic()
+    for _ in range(_STORE_BLOCK_ROUNDS):
+      plain_fn()
+    plain = (time.monotonic() - started) / _STORE_BLOCK_ROUNDS
+    started = time.monotonic()
+    for _ in range(_STORE_BLOCK_ROUNDS):
+      store_fn()
+    store_done_fn()
+    seconds.append((time.monotonic() - started) / _STORE_BLOCK_ROUNDS)
+    ratios.append(seconds[-1] / plain)
   return statistics.median(seconds), statistics.median(ratios)
 
 
@@ -361,8 +376,8 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
     store.write(0, {c: _flat(s) for c, s in zip(clients, holder['personal'])})
     calls = []
     # Next to plain rounds: this VM's speed drifts more than the store costs.
-    seconds, ratio = _alternating(
-        one_round, round_fn(process.next, client_data, store, calls), ROUNDS.value
+    seconds, ratio = _in_blocks(
+        one_round, round_fn(process.next, client_data, store, calls), store.flush, ROUNDS.value
     )
     store.close()
     with_store = _StoreRound(seconds, ratio, statistics.median(calls[1:]))  # After the warm-up.
@@ -396,7 +411,7 @@ class _StoreRound:
   """The program's round: store read + `next` + store write (write-behind)."""
 
   seconds: float  # median
-  ratio: float  # median of seconds / the plain round timed next to it
+  ratio: float  # median of seconds / the plain rounds timed next to them (`_in_blocks`)
   store_seconds: float  # median of the round's store calls
 
 
@@ -525,7 +540,7 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
         with_store = times.with_store
         store_text = (
             f' with the personal state store in the loop {with_store.seconds:.3f} s'
-            f' ({with_store.ratio:.3f}x the rounds without it timed next to it), of which store'
+            f' ({with_store.ratio:.3f}x the rounds without it timed next to them), of which store'
             f' calls {with_store.store_seconds * 1000:.1f} ms'
             f' ({100 * with_store.store_seconds / with_store.seconds:.1f}%);'
         )
