@@ -1,5 +1,6 @@
 """ClientStateStore: round-trips, versions, checkpoint/restore and bad stores."""
 
+import hashlib
 import io
 import os
 import sqlite3
@@ -302,3 +303,50 @@ def test_failed_background_write_is_raised_by_the_next_call(tmp_path, monkeypatc
   reopened.restore(fingerprint)  # The checkpointed state is intact.
   assert reopened.read(['a'])[0][0][0, 0] == 1.0
   reopened.close()
+
+
+def test_states_are_files_named_by_their_rows(tmp_path):
+  """Each state is a file; a checkpoint removes the files of the rows it
+  drops, `restore` those of later rounds, and a missing file is an error."""
+  path = str(tmp_path / 's.sqlite')
+  files = lambda: sorted(
+      os.path.relpath(os.path.join(root, name), path + '-states')
+      for root, _, names in os.walk(path + '-states') for name in names
+  )
+  name = lambda client: hashlib.sha256(client.encode()).hexdigest()
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0), 'b': state(1.0)})
+  store.write(2, {'a': state(2.0)})
+  store.flush()
+  assert files() == sorted([f'1/{name("a")}', f'1/{name("b")}', f'2/{name("a")}'])
+  blobs = sqlite3.connect(path).execute('SELECT DISTINCT state FROM personal_states').fetchall()
+  assert blobs == [(b'file',)]
+  fingerprint = store.checkpoint(2)
+  assert files() == sorted([f'1/{name("b")}', f'2/{name("a")}'])
+  store.write(3, {'b': state(3.0)})
+  store.close()
+  reopened = store_lib.ClientStateStore(path, create=False)
+  reopened.restore(fingerprint)
+  assert files() == sorted([f'1/{name("b")}', f'2/{name("a")}'])
+  assert not os.path.exists(os.path.join(path + '-states', '3'))
+  a, b = reopened.read(['a', 'b'])
+  assert a[0][0, 0] == 2.0 and b[0][0, 0] == 1.0
+  os.remove(os.path.join(path + '-states', '1', name('b')))
+  with pytest.raises(store_lib.StoreMismatchError, match="client 'b' written in round 1"):
+    reopened.read(['b'])
+  reopened.close()
+
+
+def test_rows_holding_their_state_still_read(tmp_path):
+  """A store written before states became files keeps them in the BLOB."""
+  path = str(tmp_path / 's.sqlite')
+  store_lib.ClientStateStore(path).close()
+  with sqlite3.connect(path) as connection:
+    connection.execute('INSERT INTO personal_states VALUES (?, ?, ?);',
+                       ('a', 1, store_lib.serialize_state(state(4.0))))
+  store = store_lib.ClientStateStore(path, create=False)
+  assert store.read(['a'])[0][0][0, 0] == 4.0
+  store.write(2, {'a': state(5.0)})
+  store.checkpoint(2)  # Drops the BLOB row; there is no file to remove.
+  assert store.read(['a'])[0][0][0, 0] == 5.0
+  store.close()

@@ -1,13 +1,21 @@
-"""Personal client states keyed by client id, in an embedded SQLite database.
+"""Personal client states keyed by client id: an SQLite index, a file a state.
 
 A run's memory stays proportional to the clients of a round, not to the
 population: the program reads the states of the round's clients, runs the
-round, and writes their new states back. Each row holds one client's state
-(a flat list of NumPy arrays, serialized with `np.save`, no pickle) and the
-round that wrote it:
+round, and writes their new states back. Each row of the database names
+one client's state and the round that wrote it:
 
   personal_states(client_id TEXT, round INTEGER, state BLOB,
                   PRIMARY KEY (client_id, round))
+
+The state (a flat list of NumPy arrays, serialized with `np.save`, no
+pickle) is the file `<store>-states/<round>/<sha256 of the client id>`,
+written before its row commits (to a temporary name, then renamed), and the
+row's BLOB is the marker `file`; rows of stores written before session 22
+hold the state in the BLOB itself, and read as before. Files cost one copy
+to write and an unlink to drop, where a BLOB of megabytes went through the
+WAL and the database and was freed page by page (10 FEMNIST CNN states a
+round: 70 ms of CPU to write, 0.5 s per 100 rows to drop; docs/results_scale.md).
 
 The store may be shared by the threads of a round (one connection, a lock);
 other processes may read it concurrently (WAL journal).
@@ -29,22 +37,28 @@ per client, only its newest row of round <= r (one row per client), and
 `restore(r, fingerprint)` deletes rows written after round r, so a resumed run
 continues with exactly the personal states of the checkpointed round. The
 fingerprint saved with the program checkpoint detects a missing, replaced or
-corrupt store: that is an error, never a silent re-initialization.
+corrupt store: that is an error, never a silent re-initialization; so is a
+row whose file is missing. A checkpoint removes the files of the rows it
+deleted after committing, and `restore` those of rounds after the
+checkpoint's: a crash can leave files that no row names, never a row
+without its file.
 
 Cost. A round reads and writes its cohort's rows by primary key, and a
 checkpoint touches only the clients written since the previous one (found
 through an index on round), so neither grows with the population. The
-queries of `checkpoint` and `fingerprint` read indexes only: with 64 KiB
-pages each row keeps 8-64 KiB of its state in the table's own leaf pages
-(60 KiB of FedPer's 124 KiB), and a scan of the table at 100,000 clients
-took 0.7 s.
+queries of `checkpoint` and `fingerprint` read indexes only: in a store of
+BLOB rows (before session 22; 64 KiB pages) each row kept 8-64 KiB of its
+state in the table's own leaf pages, and a scan of the table at 100,000
+clients took 0.7 s.
 """
 
 import contextlib
 import dataclasses
+import hashlib
 import io
 import os
 import queue
+import shutil
 import sqlite3
 import threading
 from typing import Mapping, Optional, Sequence
@@ -95,6 +109,10 @@ def serialize_state(arrays: Sequence[np.ndarray]) -> bytes:
   return b''.join(parts)
 
 
+# The BLOB of a row whose state is in its file (`ClientStateStore._file_path`).
+_IN_FILE = b'file'
+
+
 # NumPy parses an array header with `ast.literal_eval`, and the AST
 # constructor of CPython 3.11.7 is not thread-safe: threads of a round
 # reading states at once raised "SystemError: AST constructor recursion
@@ -134,6 +152,7 @@ class ClientStateStore:
     if not create and not os.path.isfile(path):
       raise StoreMismatchError(f'The personal state store {path} is missing.')
     self._path = path
+    self._files_dir = path + '-states'
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # One connection, shared by the threads of a round under a lock.
     self._lock = threading.RLock()
@@ -237,7 +256,11 @@ class ClientStateStore:
         states.append(None)
         continue
       try:
-        states.append(deserialize_state(row[1]))
+        blob = row[1]
+        if blob == _IN_FILE:
+          with open(self._file_path(client_id, row[0]), 'rb') as f:
+            blob = f.read()
+        states.append(deserialize_state(blob))
       except (ValueError, EOFError, OSError) as e:
         raise StoreMismatchError(
             f'The personal state of client {client_id!r} written in round'
@@ -254,8 +277,9 @@ class ClientStateStore:
     self._raise_if_a_write_failed()
     rows = [(cid, round_num, serialize_state(s)) for cid, s in states.items()]
     if self._queue is None:
+      file_rows = self._write_files(rows)
       with self._transaction():
-        self._insert(self._connection, rows)
+        self._insert(self._connection, file_rows)
       return
     with self._pending_lock:
       for cid, _, blob in rows:
@@ -265,6 +289,31 @@ class ClientStateStore:
   @staticmethod
   def _insert(connection: sqlite3.Connection, rows) -> None:
     connection.executemany('INSERT OR REPLACE INTO personal_states VALUES (?, ?, ?);', rows)
+
+  def _file_path(self, client_id: str, round_num: int) -> str:
+    name = hashlib.sha256(client_id.encode('utf-8')).hexdigest()
+    return os.path.join(self._files_dir, str(round_num), name)
+
+  def _write_files(self, rows):
+    """Writes each row's state to its file; returns the rows that name them."""
+    for client_id, round_num, blob in rows:
+      path = self._file_path(client_id, round_num)
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      with open(path + '.tmp', 'wb') as f:
+        f.write(blob)
+      os.replace(path + '.tmp', path)
+    return [(client_id, round_num, _IN_FILE) for client_id, round_num, _ in rows]
+
+  def _remove_files(self, client_rounds) -> None:
+    folders = set()
+    for client_id, round_num in client_rounds:
+      path = self._file_path(client_id, round_num)
+      folders.add(os.path.dirname(path))
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+    for folder in folders:
+      with contextlib.suppress(OSError):  # Not empty: another client's state.
+        os.rmdir(folder)
 
   def _write_loop(self, connection: sqlite3.Connection) -> None:
     """The writer thread: commits queued rows in order, one transaction each."""
@@ -276,8 +325,9 @@ class ClientStateStore:
             return
           if self._write_error is None:
             try:
+              file_rows = self._write_files(rows)
               with _immediate_transaction(connection):
-                self._insert(connection, rows)
+                self._insert(connection, file_rows)
             except Exception as e:  # pylint: disable=broad-except
               self._write_error = e
               continue  # Keep the rows pending: reads stay consistent.
@@ -292,6 +342,14 @@ class ClientStateStore:
           self._queue.task_done()
     finally:
       connection.close()
+
+  def _remove_files_of_later_rounds(self, round_num: int) -> None:
+    """Removes the files of rounds after `round_num` (their rows are gone)."""
+    if not os.path.isdir(self._files_dir):
+      return
+    for name in os.listdir(self._files_dir):
+      if name.isdigit() and int(name) > round_num:
+        shutil.rmtree(os.path.join(self._files_dir, name), ignore_errors=True)
 
   def _raise_if_a_write_failed(self) -> None:
     if self._write_error is not None:
@@ -313,13 +371,16 @@ class ClientStateStore:
     # the rows deleted. After opening, the first checkpoint searches all rounds.
     since = self._checkpointed_round if self._checkpointed_round is not None else -1
     with self._transaction():
-      self._connection.execute(
+      deleted = self._connection.execute(
           'DELETE FROM personal_states WHERE rowid IN (SELECT old.rowid FROM'
           ' personal_states AS new JOIN personal_states AS old ON old.client_id ='
           ' new.client_id AND old.round < new.round WHERE new.round > ? AND'
-          ' new.round <= ?);',
+          ' new.round <= ?) RETURNING client_id, round;',
           (since, round_num),
-      )
+      ).fetchall()
+    # After the commit: a crash in between leaves files no row names, never
+    # a row without its file.
+    self._remove_files(deleted)
     self._checkpointed_round = round_num
     return self.fingerprint(round_num)
 
@@ -346,6 +407,7 @@ class ClientStateStore:
         self._connection.execute(
             'DELETE FROM personal_states WHERE round > ?;', (expected.round_num,)
         )
+      self._remove_files_of_later_rounds(expected.round_num)
       self._checkpointed_round = expected.round_num
       found = self.fingerprint(expected.round_num)
     except sqlite3.DatabaseError as e:
