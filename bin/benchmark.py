@@ -455,6 +455,14 @@ def _round_memory_mib(fn) -> tuple[float, float]:
   return before, _memory_mib('VmHWM')
 
 
+def _disk_bytes(store_path: str) -> int:
+  """The store's bytes: its SQLite file and its states' files."""
+  total = os.path.getsize(store_path)
+  for root, _, names in os.walk(store_path + '-states'):
+    total += sum(os.path.getsize(os.path.join(root, name)) for name in names)
+  return total
+
+
 def _store_scaling(flat_state, cohort: int, populations, store_dir):
   """Store seconds of a round and of a checkpoint with `population` states stored."""
   rows = []
@@ -482,7 +490,7 @@ def _store_scaling(flat_state, cohort: int, populations, store_dir):
     checkpoint_seconds = _median_seconds(checkpoint, 1)
     before, peak = _round_memory_mib(lambda: (store_round(), checkpoint()))  # pylint: disable=cell-var-from-loop
     store.close()
-    size_mib = os.path.getsize(path) / 2**20
+    size_mib = _disk_bytes(path) / 2**20
     os.remove(path)
     rows.append((population, round_seconds, checkpoint_seconds, size_mib, peak - before))
     print(

@@ -7,7 +7,8 @@
   eval_per_client.csv  one row per (evaluation round, client)
   tensorboard/         the same round metrics as TensorBoard scalars
   checkpoints/         program state (TFF's FileProgramStateManager)
-  personal_states.sqlite  the clients' personal states (algorithms with any)
+  personal_states.sqlite  the clients' personal states (algorithms with any): an
+                       index, each state a file in personal_states.sqlite-states/
   summary.json         the run summary, written at the end
 """
 
