@@ -73,9 +73,9 @@ class SplitRound(NamedTuple):
   states) again, so every client trains twice; the client phase has no
   aggregation and runs once on each worker. The clients' results (their
   updates) then travel to the program, which runs the server phase on its
-  own machine's worker (`context.call_on_local_worker`): on a real network,
-  sending them back to the workers cost more than the second training pass
-  (docs/results_scale.md, session 22).
+  own machine's worker (`context.call_on_local_worker`): behind 1 Gbit/s
+  links, sending them back to the workers cost more than the second
+  training pass (docs/results_scale.md, session 22).
   """
 
   client_phase: tff.Computation
