@@ -265,15 +265,20 @@ def test_write_behind_serves_pending_rows_and_commits_in_the_background(tmp_path
   monkeypatch.setattr(store_lib.ClientStateStore, '_insert', staticmethod(slow_insert))
   arrays = state(2.0)
   store.write(2, {'a': arrays, 'b': state(20.0)})
-  arrays[0][:] = -1.0  # The store keeps what was written, not the caller's arrays.
+  with pytest.raises(ValueError, match='read-only'):  # The store took the arrays.
+    arrays[0][:] = -1.0
   other = store_lib.ClientStateStore(path, create=False, write_behind=False)
   assert other.read(['a', 'b'])[0][0][0, 0] == 1.0  # Not committed yet...
   assert other.read(['b']) == [None]
-  a, b = store.read(['a', 'b'])  # ... but the writing store serves it.
+  a, b = store.read(['a', 'b'])  # ... but the writing store serves it,
   assert a[0][0, 0] == 2.0 and b[0][0, 0] == 20.0
+  a[0][0, 0] = -1.0  # as a copy of its own.
   assert store.read(['a'], before_round=2)[0][0][0, 0] == 1.0
   release.set()
   assert store.fingerprint(2) == store_lib.StoreFingerprint(2, 2, 2)  # Waits for the write.
+  (a,) = other.read(['a'])
+  assert a[0][0, 0] == 2.0
+  a[0][0, 0] = -1.0  # Read from its file: writable, and the file keeps 2.0.
   assert other.read(['a'])[0][0][0, 0] == 2.0
   store.close()
   other.close()
@@ -306,8 +311,9 @@ def test_failed_background_write_is_raised_by_the_next_call(tmp_path, monkeypatc
 
 
 def test_states_are_files_named_by_their_rows(tmp_path):
-  """Each state is a file; a checkpoint removes the files of the rows it
-  drops, `restore` those of later rounds, and a missing file is an error."""
+  """Each state is a file; a checkpoint makes the files of the rows it drops
+  spares, `restore` removes those of later rounds, and a missing file is an
+  error."""
   path = str(tmp_path / 's.sqlite')
   files = lambda: sorted(
       os.path.relpath(os.path.join(root, name), path + '-states')
@@ -322,8 +328,10 @@ def test_states_are_files_named_by_their_rows(tmp_path):
   blobs = sqlite3.connect(path).execute('SELECT DISTINCT state FROM personal_states').fetchall()
   assert blobs == [(b'file',)]
   fingerprint = store.checkpoint(2)
-  assert files() == sorted([f'1/{name("b")}', f'2/{name("a")}'])
+  assert files() == sorted([f'1/{name("b")}', f'2/{name("a")}', f'spare/1-{name("a")}'])
   store.write(3, {'b': state(3.0)})
+  store.flush()
+  assert files() == sorted([f'1/{name("b")}', f'2/{name("a")}', f'3/{name("b")}'])
   store.close()
   reopened = store_lib.ClientStateStore(path, create=False)
   reopened.restore(fingerprint)
@@ -350,3 +358,30 @@ def test_rows_holding_their_state_still_read(tmp_path):
   store.checkpoint(2)  # Drops the BLOB row; there is no file to remove.
   assert store.read(['a'])[0][0][0, 0] == 5.0
   store.close()
+
+
+def test_a_write_rewrites_a_file_a_checkpoint_dropped(tmp_path):
+  """A spare is rewritten in place (same file, cut to the new state's size)
+  and `close` removes the spares left."""
+  path = str(tmp_path / 's.sqlite')
+  spare_dir = os.path.join(path + '-states', 'spare')
+  store = store_lib.ClientStateStore(path)
+  store.write(1, {'a': state(1.0) + [np.zeros(1000, np.float32)], 'b': state(1.0)})
+  store.write(2, {'a': state(2.0), 'b': state(2.0)})
+  store.checkpoint(2)
+  spares = {os.stat(os.path.join(spare_dir, n)).st_ino for n in os.listdir(spare_dir)}
+  assert len(spares) == 2
+  store.write(3, {'c': state(3.0)})
+  store.flush()
+  (file_c,) = os.listdir(os.path.join(path + '-states', '3'))
+  written = os.stat(os.path.join(path + '-states', '3', file_c))
+  assert written.st_ino in spares
+  assert written.st_size == len(store_lib.serialize_state(state(3.0)))
+  assert len(os.listdir(spare_dir)) == 1
+  (c,) = store.read(['c'])
+  assert c[0].tolist() == [[3.0] * 3] * 2 and c[1].tolist() == [3.0] and c[2] == 7
+  store.close()
+  assert not os.path.exists(spare_dir)
+  reopened = store_lib.ClientStateStore(path, create=False)
+  assert [s[0][0, 0] for s in reopened.read(['a', 'b', 'c'])] == [2.0, 2.0, 3.0]
+  reopened.close()

@@ -16,15 +16,17 @@ hold the state in the BLOB itself, and read as before. Files cost one copy
 to write and an unlink to drop, where a BLOB of megabytes went through the
 WAL and the database and was freed page by page (10 FEMNIST CNN states a
 round: 70 ms of CPU to write, 0.5 s per 100 rows to drop; docs/results_scale.md).
+A read copies each file once, into a buffer its arrays then share.
 
 The store may be shared by the threads of a round (one connection, a lock);
 other processes may read it concurrently (WAL journal).
 
 Writes happen behind the round (`write_behind=True`, the default): `write`
-serializes the states (so later changes to the caller's arrays cannot reach
-the store) and hands the rows to one writer thread with its own connection,
-so the next round trains while SQLite writes. Until a write commits, `read`
-serves those clients from the pending rows; `flush`, `checkpoint`,
+takes the states' arrays (it marks them read-only, so later changes by the
+caller cannot reach the store, and copies nothing) and hands them to one
+writer thread with its own connection, which writes the files straight from
+the arrays while the next round trains. Until a write commits, `read`
+serves those clients from the pending rows (as copies); `flush`, `checkpoint`,
 `fingerprint`, `restore` and `close` wait for every pending write first, so a
 checkpoint's fingerprint counts only committed rows. A failed background
 write raises `StoreWriteError` from the next call. A crash loses at most the
@@ -38,10 +40,10 @@ per client, only its newest row of round <= r (one row per client), and
 continues with exactly the personal states of the checkpointed round. The
 fingerprint saved with the program checkpoint detects a missing, replaced or
 corrupt store: that is an error, never a silent re-initialization; so is a
-row whose file is missing. A checkpoint removes the files of the rows it
-deleted after committing, and `restore` those of rounds after the
-checkpoint's: a crash can leave files that no row names, never a row
-without its file.
+row whose file is missing. A checkpoint moves the files of the rows it
+deleted to `<store>-states/spare/` after committing, and `restore` removes
+those of rounds after the checkpoint's: a crash can leave files that no row
+names, never a row without its file.
 
 Cost. A round reads and writes its cohort's rows by primary key, and a
 checkpoint touches only the clients written since the previous one (found
@@ -50,6 +52,14 @@ queries of `checkpoint` and `fingerprint` read indexes only: in a store of
 BLOB rows (before session 22; 64 KiB pages) each row kept 8-64 KiB of its
 state in the table's own leaf pages, and a scan of the table at 100,000
 clients took 0.7 s.
+
+A new file costs the kernel more than the copy of its bytes: each of its
+pages is allocated and accounted as it is written (10 FEMNIST CNN states,
+68 MB: 85-95 ms of CPU a round in the writer thread, where rewriting
+existing files took 10 ms; session 23, docs/results_scale.md). So a write
+takes a spare file (one a checkpoint dropped) when there is one, moves it
+to its temporary name and rewrites it in place. Spares never outnumber the
+most states written between two checkpoints, and `close` removes them.
 """
 
 import contextlib
@@ -95,18 +105,43 @@ class StoreFingerprint:
 
 def serialize_state(arrays: Sequence[np.ndarray]) -> bytes:
   """The arrays in `np.save`'s format, one after the other, copied once."""
-  parts = []
+  return b''.join(_parts(_c_ordered(arrays)))
+
+
+def _c_ordered(arrays: Sequence[np.ndarray]) -> FlatState:
+  """The arrays as C-ordered NumPy arrays (a non-contiguous one copied)."""
+  ordered = []
   for array in arrays:
     array = np.asarray(array)
-    if not array.flags.c_contiguous:
-      array = array.copy(order='C')
     if array.dtype.hasobject:
       raise ValueError(f'Cannot store an array of Python objects ({array.dtype}).')
+    ordered.append(array if array.flags.c_contiguous else array.copy(order='C'))
+  return ordered
+
+
+def _taken(arrays: Sequence[np.ndarray]) -> FlatState:
+  """The arrays as C-ordered NumPy arrays, read-only from now on.
+
+  The store writes a state from the caller's arrays without copying them
+  first (a copy of 10 FEMNIST CNN states took 30 ms of CPU in the round's
+  thread): the caller cannot change them in place afterwards, so nothing
+  but what was written reaches the store.
+  """
+  taken = _c_ordered(arrays)
+  for array in taken:
+    array.flags.writeable = False
+  return taken
+
+
+def _parts(arrays: FlatState) -> list:
+  """`serialize_state`'s bytes in pieces: each array's header, then its data."""
+  parts = []
+  for array in arrays:
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
     parts.append(header.getvalue())
     parts.append(memoryview(array).cast('B') if array.size else b'')
-  return b''.join(parts)
+  return parts
 
 
 # The BLOB of a row whose state is in its file (`ClientStateStore._file_path`).
@@ -122,10 +157,35 @@ _HEADER_LOCK = threading.Lock()
 
 def deserialize_state(blob: bytes) -> FlatState:
   """The arrays of `serialize_state` (or `np.save`), sharing one writable copy."""
-  data = bytearray(blob)
-  buffer = io.BytesIO(blob)
+  return _arrays_in(bytearray(blob))
+
+
+class _Cursor:
+  """Reads a buffer like a file, for NumPy's header parsers, without copying
+  it (`io.BytesIO` copies a writable buffer whole)."""
+
+  def __init__(self, data):
+    self._view = memoryview(data)
+    self._position = 0
+
+  def read(self, size: int) -> bytes:
+    chunk = self._view[self._position:self._position + size].tobytes()
+    self._position += len(chunk)
+    return chunk
+
+  def tell(self) -> int:
+    return self._position
+
+  def seek(self, position: int) -> None:
+    self._position = position
+
+
+def _arrays_in(data) -> FlatState:
+  """The arrays of `serialize_state`'s bytes: views of the writable buffer
+  `data` (a bytearray or a uint8 array), not copies."""
+  buffer = _Cursor(data)
   arrays = []
-  while buffer.tell() < len(blob):
+  while buffer.tell() < len(data):
     version = np.lib.format.read_magic(buffer)
     with _HEADER_LOCK:
       if version == (1, 0):
@@ -136,7 +196,7 @@ def deserialize_state(blob: bytes) -> FlatState:
       raise ValueError(f'An array of Python objects ({dtype}) in a personal state.')
     count = int(np.prod(shape, dtype=np.int64))
     offset = buffer.tell()
-    if offset + count * dtype.itemsize > len(blob):
+    if offset + count * dtype.itemsize > len(data):
       raise EOFError(f'The state ends inside an array of shape {shape}.')
     array = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
     arrays.append(array.reshape(shape, order='F' if fortran_order else 'C'))
@@ -153,13 +213,18 @@ class ClientStateStore:
       raise StoreMismatchError(f'The personal state store {path} is missing.')
     self._path = path
     self._files_dir = path + '-states'
+    # Files of rows a checkpoint dropped, each rewritten in place by a later
+    # write (module docstring, "Cost"); removed by `close`.
+    self._spare_dir = os.path.join(self._files_dir, 'spare')
+    self._spares = sorted(os.listdir(self._spare_dir)) if os.path.isdir(self._spare_dir) else []
+    self._spares_lock = threading.Lock()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # One connection, shared by the threads of a round under a lock.
     self._lock = threading.RLock()
     self._connection = self._connect()
     # Rows handed to the writer thread and not yet committed:
-    # client id -> {round: serialized state}.
-    self._pending: dict[str, dict[int, bytes]] = {}
+    # client id -> {round: the arrays `write` took}.
+    self._pending: dict[str, dict[int, FlatState]] = {}
     self._pending_lock = threading.Lock()
     self._write_error: Optional[BaseException] = None
     # The round of the last `checkpoint` or `restore` through this object.
@@ -212,6 +277,7 @@ class ClientStateStore:
       self._raise_if_a_write_failed()
     finally:
       self._connection.close()
+      shutil.rmtree(self._spare_dir, ignore_errors=True)
 
   def flush(self) -> None:
     """Returns once every write so far is committed; raises `StoreWriteError`."""
@@ -256,11 +322,13 @@ class ClientStateStore:
         states.append(None)
         continue
       try:
-        blob = row[1]
-        if blob == _IN_FILE:
-          with open(self._file_path(client_id, row[0]), 'rb') as f:
-            blob = f.read()
-        states.append(deserialize_state(blob))
+        written = row[1]
+        if isinstance(written, list):  # Pending: the arrays `write` took.
+          states.append([np.array(a) for a in written])
+        elif written == _IN_FILE:
+          states.append(_arrays_in(_read_file(self._file_path(client_id, row[0]))))
+        else:  # A row of a store written before session 22.
+          states.append(deserialize_state(written))
       except (ValueError, EOFError, OSError) as e:
         raise StoreMismatchError(
             f'The personal state of client {client_id!r} written in round'
@@ -271,19 +339,20 @@ class ClientStateStore:
   def write(self, round_num: int, states: Mapping[str, Sequence[np.ndarray]]) -> None:
     """Stores the states the clients computed in `round_num`, atomically.
 
-    With write-behind, returns once the states are serialized; the rows
-    commit in the background (see the module docstring).
+    The store takes the states' arrays: they become read-only (`_taken`).
+    With write-behind, returns at once; the states' files and rows are
+    written in the background (see the module docstring).
     """
     self._raise_if_a_write_failed()
-    rows = [(cid, round_num, serialize_state(s)) for cid, s in states.items()]
+    rows = [(cid, round_num, _taken(s)) for cid, s in states.items()]
     if self._queue is None:
       file_rows = self._write_files(rows)
       with self._transaction():
         self._insert(self._connection, file_rows)
       return
     with self._pending_lock:
-      for cid, _, blob in rows:
-        self._pending.setdefault(cid, {})[round_num] = blob
+      for cid, _, arrays in rows:
+        self._pending.setdefault(cid, {})[round_num] = arrays
     self._queue.put(rows)
 
   @staticmethod
@@ -296,21 +365,47 @@ class ClientStateStore:
 
   def _write_files(self, rows):
     """Writes each row's state to its file; returns the rows that name them."""
-    for client_id, round_num, blob in rows:
+    for client_id, round_num, arrays in rows:
       path = self._file_path(client_id, round_num)
       os.makedirs(os.path.dirname(path), exist_ok=True)
-      with open(path + '.tmp', 'wb') as f:
-        f.write(blob)
+      parts = _parts(arrays)
+      size = sum(len(p) for p in parts)
+      reused = self._take_spare(path + '.tmp')
+      with open(path + '.tmp', 'r+b' if reused else 'wb', buffering=0) as f:
+        if not reused:
+          _reserve(f, size)
+        for part in parts:
+          view = memoryview(part)
+          while view:
+            view = view[f.write(view):]
+        f.truncate(size)  # A larger spare's tail.
       os.replace(path + '.tmp', path)
     return [(client_id, round_num, _IN_FILE) for client_id, round_num, _ in rows]
 
-  def _remove_files(self, client_rounds) -> None:
-    folders = set()
+  def _take_spare(self, path: str) -> bool:
+    """Moves a spare file to `path`, if there is one; returns whether it did."""
+    while True:
+      with self._spares_lock:
+        if not self._spares:
+          return False
+        name = self._spares.pop()
+      with contextlib.suppress(FileNotFoundError):  # Gone: try the next.
+        os.replace(os.path.join(self._spare_dir, name), path)
+        return True
+
+  def _spare_files(self, client_rounds) -> None:
+    """Moves the files of dropped rows to the spares, for later writes."""
+    os.makedirs(self._spare_dir, exist_ok=True)
+    folders, spared = set(), []
     for client_id, round_num in client_rounds:
       path = self._file_path(client_id, round_num)
       folders.add(os.path.dirname(path))
+      name = f'{round_num}-{os.path.basename(path)}'
       with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+        os.replace(path, os.path.join(self._spare_dir, name))
+        spared.append(name)
+    with self._spares_lock:
+      self._spares.extend(spared)
     for folder in folders:
       with contextlib.suppress(OSError):  # Not empty: another client's state.
         os.rmdir(folder)
@@ -332,9 +427,9 @@ class ClientStateStore:
               self._write_error = e
               continue  # Keep the rows pending: reads stay consistent.
             with self._pending_lock:
-              for cid, round_num, blob in rows:
+              for cid, round_num, arrays in rows:
                 versions = self._pending.get(cid, {})
-                if versions.get(round_num) is blob:
+                if versions.get(round_num) is arrays:
                   del versions[round_num]
                   if not versions:
                     del self._pending[cid]
@@ -380,7 +475,7 @@ class ClientStateStore:
       ).fetchall()
     # After the commit: a crash in between leaves files no row names, never
     # a row without its file.
-    self._remove_files(deleted)
+    self._spare_files(deleted)
     self._checkpointed_round = round_num
     return self.fingerprint(round_num)
 
@@ -425,6 +520,34 @@ class ClientStateStore:
   def _transaction(self):
     with self._lock, _immediate_transaction(self._connection):
       yield
+
+
+def _read_file(path: str) -> np.ndarray:
+  """The file's bytes, read into one writable buffer (not zeroed first)."""
+  with open(path, 'rb', buffering=0) as f:
+    data = np.empty(os.fstat(f.fileno()).st_size, np.uint8)
+    view = memoryview(data)
+    while view:
+      read = f.readinto(view)
+      if not read:
+        raise EOFError(f'{path} ended early.')
+      view = view[read:]
+  return data
+
+
+def _reserve(f, size: int) -> None:
+  """Allocates a new file's blocks before it is written, in one call.
+
+  On ext4 the blocks of a file are otherwise allocated page by page as it is
+  written: 10 new 6.8 MB files took 84-159 ms of CPU to write while the
+  kernel had many dirty pages to flush, 10 ms with their blocks reserved
+  first; 20 against 14 ms in the store's own round of 10 FEMNIST CNN states.
+  Where the file system cannot allocate ahead, the C library writes a byte
+  a block instead, and an error leaves the file to be written as before.
+  """
+  if size and hasattr(os, 'posix_fallocate'):
+    with contextlib.suppress(OSError):
+      os.posix_fallocate(f.fileno(), 0, size)
 
 
 @contextlib.contextmanager
