@@ -30,9 +30,11 @@ Prints, on the same clients' data and the same model:
 * the time to move the round's personal states into TFF's runtime and back
   (an identity over {P}@CLIENTS), the transport part of a round;
 * the round as the program runs it, with the personal state store in the
-  loop (read the clients' states, `next`, write them back behind the next
-  round), its ratio to the round without the store (blocks of 3 rounds of
-  each, alternating, a store block timed until its writes are done), and the
+  loop (read the clients' states, written 5 rounds before, `next`, write
+  them back behind the next round, checkpoint the store every 5 rounds as
+  bin/train.py does), its
+  ratio to the round without the store (blocks of 3 rounds of each,
+  alternating, a store block timed until its writes are done), and the
   share of that round spent in store calls;
 * the store part of a round (read and write of the round's clients, and the
   checkpoint's compaction and fingerprint) with --stored_clients states
@@ -123,10 +125,21 @@ _PASSES = {'fedavg': 1, 'fedper': 1, 'fedprox': 1, 'local': 1, 'ditto': 2, 'apfl
 
 # Rounds in a row of each kind when the store's rounds are timed against plain ones.
 _STORE_BLOCK_ROUNDS = 3
+# The store's rounds checkpoint it as often as bin/train.py does by default
+# (--rounds_per_checkpoint): a checkpoint drops old versions, whose files
+# later writes reuse.
+_ROUNDS_PER_CHECKPOINT = 5
+# The store's rounds rotate over this many cohorts of stored clients (the
+# same datasets under other ids): a round reads states written this many
+# rounds before, committed to their files, as when a sampled client returns
+# after some rounds, not states still waiting in the writer's queue.
+_STORED_COHORTS = 5
 
 
-def _in_blocks(plain_fn, store_fn, store_done_fn, blocks: int) -> tuple[float, float]:
-  """Seconds a round of `store_fn` and the ratio to `plain_fn`'s, timed in
+def _in_blocks(plain_fn, store_fn, store_done_fn, blocks: int,
+               worker_pid: Optional[int]) -> tuple[float, float, float]:
+  """Seconds a round of `store_fn`, and its ratios to `plain_fn`'s in wall
+  time and in CPU time (this process and its TFF worker), timed in
   alternating blocks of `_STORE_BLOCK_ROUNDS` rounds in a row.
 
   The store writes behind the round, during the next one: a store block is
@@ -137,19 +150,23 @@ def _in_blocks(plain_fn, store_fn, store_done_fn, blocks: int) -> tuple[float, f
   plain_fn()
   store_fn()
   store_done_fn()
-  seconds, ratios = [], []
+  seconds, ratios, cpu_ratios = [], [], []
+
+  def block(fn, done_fn=lambda: None):
+    started, cpu_started = time.monotonic(), _cpu_seconds(worker_pid)
+    for _ in range(_STORE_BLOCK_ROUNDS):
+      fn()
+    done_fn()
+    return time.monotonic() - started, _cpu_seconds(worker_pid) - cpu_started
+
   for _ in range(blocks):
-    started = time.monotonic()
-    for _ in range(_STORE_BLOCK_ROUNDS):
-      plain_fn()
-    plain = (time.monotonic() - started) / _STORE_BLOCK_ROUNDS
-    started = time.monotonic()
-    for _ in range(_STORE_BLOCK_ROUNDS):
-      store_fn()
-    store_done_fn()
-    seconds.append((time.monotonic() - started) / _STORE_BLOCK_ROUNDS)
-    ratios.append(seconds[-1] / plain)
-  return statistics.median(seconds), statistics.median(ratios)
+    plain, plain_cpu = block(plain_fn)
+    store, store_cpu = block(store_fn, store_done_fn)
+    seconds.append(store / _STORE_BLOCK_ROUNDS)
+    ratios.append(store / plain)
+    cpu_ratios.append(store_cpu / plain_cpu)
+  median = statistics.median
+  return median(seconds), median(ratios), median(cpu_ratios)
 
 
 def _median_seconds(fn, rounds: int) -> float:
@@ -339,11 +356,14 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
     keyed = client_keys.with_client_keys(next_fn)
     round_num = [0]
 
+    def stored_ids():
+      return [f'{c}@{round_num[0] % _STORED_COHORTS}' for c in clients]
+
     def one_round():
       if store is not None:  # The program's round: states from the store, back to it.
         round_num[0] += 1
         started = time.monotonic()
-        read = store.read(clients, before_round=round_num[0])
+        read = store.read(stored_ids(), before_round=round_num[0])
         holder['personal'] = [tf.nest.pack_sequence_as(template, f) for f in read]
         store_seconds.append(time.monotonic() - started)
       output = client_keys.call_in_key_order(
@@ -353,8 +373,10 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
       if store is not None:
         started = time.monotonic()
         store.write(round_num[0], {
-            c: _flat(s) for c, s in zip(clients, holder['personal'])
+            c: _flat(s) for c, s in zip(stored_ids(), holder['personal'])
         })
+        if round_num[0] % _ROUNDS_PER_CHECKPOINT == 0:
+          store.checkpoint(round_num[0])
         store_seconds[-1] += time.monotonic() - started
 
     return one_round
@@ -373,14 +395,19 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
   with_store = None
   if process.has_personal_state:
     store = store_lib.ClientStateStore(os.path.join(store_dir, f'{name}.sqlite'), create=True)
-    store.write(0, {c: _flat(s) for c, s in zip(clients, holder['personal'])})
+    store.write(0, {
+        f'{c}@{cohort}': _flat(s)
+        for cohort in range(_STORED_COHORTS) for c, s in zip(clients, holder['personal'])
+    })
     calls = []
     # Next to plain rounds: this VM's speed drifts more than the store costs.
-    seconds, ratio = _in_blocks(
-        one_round, round_fn(process.next, client_data, store, calls), store.flush, ROUNDS.value
+    seconds, ratio, cpu_ratio = _in_blocks(
+        one_round, round_fn(process.next, client_data, store, calls), store.flush, ROUNDS.value,
+        paired_with[1],
     )
     store.close()
-    with_store = _StoreRound(seconds, ratio, statistics.median(calls[1:]))  # After the warm-up.
+    # After the warm-up.
+    with_store = _StoreRound(seconds, ratio, cpu_ratio, statistics.median(calls[1:]))
   flat = _flat(holder['personal'][0])
   personal_flat = flat if process.has_personal_state else None
   transport_seconds = (
@@ -412,6 +439,7 @@ class _StoreRound:
 
   seconds: float  # median
   ratio: float  # median of seconds / the plain rounds timed next to them (`_in_blocks`)
+  cpu_ratio: float  # the same in CPU-seconds (this process and its TFF worker)
   store_seconds: float  # median of the round's store calls
 
 
@@ -548,7 +576,8 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
         with_store = times.with_store
         store_text = (
             f' with the personal state store in the loop {with_store.seconds:.3f} s'
-            f' ({with_store.ratio:.3f}x the rounds without it timed next to them), of which store'
+            f' ({with_store.ratio:.3f}x the rounds without it timed next to them, CPU'
+            f' {with_store.cpu_ratio:.3f}x), of which store'
             f' calls {with_store.store_seconds * 1000:.1f} ms'
             f' ({100 * with_store.store_seconds / with_store.seconds:.1f}%);'
         )
@@ -626,15 +655,16 @@ def main(argv):
       floor_server.close()
   print()
   print('| | s a round | ratio to its floor | CPU-s a round | CPU ratio | composed from ids: s'
-        ' | ratio | with the store in the loop: s | ratio to the rounds without it'
+        ' | ratio | with the store in the loop: s | ratio to the rounds without it | CPU ratio'
         ' | store calls: share of that round |')
-  print('|---|---|---|---|---|---|---|---|---|---|')
-  print(f'| compute floor (before the pairs) | {floor:.3f} | 1.00 | | 1.00 | | | | | |')
+  print('|---|---|---|---|---|---|---|---|---|---|---|')
+  print(f'| compute floor (before the pairs) | {floor:.3f} | 1.00 | | 1.00 | | | | | | |')
   for label, paired, composed, with_store in rows:
     composed_cells = f' {composed[0]:.3f} | {composed[1]:.2f} |' if composed else ' | |'
-    store_cells = ' | | |'
+    store_cells = ' | | | |'
     if with_store is not None:
       store_cells = (f' {with_store.seconds:.3f} | {with_store.ratio:.3f} |'
+                     f' {with_store.cpu_ratio:.3f} |'
                      f' {100 * with_store.store_seconds / with_store.seconds:.1f}% |')
     print(f'| {label} | {paired.seconds:.3f} | {paired.ratio:.2f} | {paired.cpu_seconds:.2f} |'
           f' {paired.cpu_ratio:.2f} |' + composed_cells + store_cells)
