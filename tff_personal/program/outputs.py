@@ -9,6 +9,7 @@
   checkpoints/         program state (TFF's FileProgramStateManager)
   personal_states.sqlite  the clients' personal states (algorithms with any): an
                        index, each state a file in personal_states.sqlite-states/
+                       (its spare/ folder: files a checkpoint dropped, reused)
   summary.json         the run summary, written at the end
 """
 
