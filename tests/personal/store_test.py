@@ -362,7 +362,7 @@ def test_rows_holding_their_state_still_read(tmp_path):
 
 def test_a_write_rewrites_a_file_a_checkpoint_dropped(tmp_path):
   """A spare is rewritten in place (same file, cut to the new state's size)
-  and `close` removes the spares left."""
+  and `close` removes the spares left, unless the store only read."""
   path = str(tmp_path / 's.sqlite')
   spare_dir = os.path.join(path + '-states', 'spare')
   store = store_lib.ClientStateStore(path)
@@ -378,6 +378,10 @@ def test_a_write_rewrites_a_file_a_checkpoint_dropped(tmp_path):
   assert written.st_ino in spares
   assert written.st_size == len(store_lib.serialize_state(state(3.0)))
   assert len(os.listdir(spare_dir)) == 1
+  reader = store_lib.ClientStateStore(path, create=False, write_behind=False)
+  assert reader.read(['c'])[0][0][0, 0] == 3.0
+  reader.close()  # Only reads: leaves the writing store's spares.
+  assert len(os.listdir(spare_dir)) == 1
   (c,) = store.read(['c'])
   assert c[0].tolist() == [[3.0] * 3] * 2 and c[1].tolist() == [3.0] and c[2] == 7
   store.close()
@@ -385,3 +389,48 @@ def test_a_write_rewrites_a_file_a_checkpoint_dropped(tmp_path):
   reopened = store_lib.ClientStateStore(path, create=False)
   assert [s[0][0, 0] for s in reopened.read(['a', 'b', 'c'])] == [2.0, 2.0, 3.0]
   reopened.close()
+
+
+@pytest.mark.parametrize('race_after', ['lookup', 'open'])
+def test_a_read_racing_another_stores_checkpoint_reads_the_newer_row(
+    tmp_path, monkeypatch, race_after
+):
+  """Another process's checkpoint drops the row a read looked up and a write
+  rewrites its file in place, before the read opens the file or while it
+  reads it: the read finds the newer row, never the other client's state."""
+  path = str(tmp_path / 's.sqlite')
+  writer = store_lib.ClientStateStore(path, write_behind=False)
+  writer.write(1, {'a': state(1.0)})
+  reader = store_lib.ClientStateStore(path, create=False, write_behind=False)
+  opened = []
+
+  def race():
+    opened.append('raced')
+    writer.write(2, {'a': state(2.0)})
+    writer.checkpoint(2)  # Drops a's row of round 1: its file becomes a spare,
+    writer.write(3, {'b': state(30.0)})  # which b's state now overwrites.
+
+  newest_row = reader._newest_row
+
+  def lookup_then_race(client_id, limit):
+    row = newest_row(client_id, limit)
+    if race_after == 'lookup' and not opened:
+      race()
+    return row
+
+  def open_then_race(file, *args, **kwargs):
+    f = open(file, *args, **kwargs)
+    if race_after == 'open' and not opened and file.endswith(hashlib.sha256(b'a').hexdigest()):
+      opened.append(os.fstat(f.fileno()).st_ino)
+      race()
+    return f
+
+  monkeypatch.setattr(reader, '_newest_row', lookup_then_race)
+  monkeypatch.setattr(store_lib, 'open', open_then_race, raising=False)
+  (a,) = reader.read(['a'])
+  assert a[0][0, 0] == 2.0
+  if race_after == 'open':  # The file the read had open now holds b's state.
+    (b_file,) = os.listdir(os.path.join(path + '-states', '3'))
+    assert os.stat(os.path.join(path + '-states', '3', b_file)).st_ino == opened[0]
+  reader.close()
+  writer.close()

@@ -19,7 +19,8 @@ round: 70 ms of CPU to write, 0.5 s per 100 rows to drop; docs/results_scale.md)
 A read copies each file once, into a buffer its arrays then share.
 
 The store may be shared by the threads of a round (one connection, a lock);
-other processes may read it concurrently (WAL journal).
+other processes may read it concurrently (WAL journal; a read whose file a
+checkpoint moved away meanwhile looks up the client's newer row).
 
 Writes happen behind the round (`write_behind=True`, the default): `write`
 takes the states' arrays (it marks them read-only, so later changes by the
@@ -214,10 +215,12 @@ class ClientStateStore:
     self._path = path
     self._files_dir = path + '-states'
     # Files of rows a checkpoint dropped, each rewritten in place by a later
-    # write (module docstring, "Cost"); removed by `close`.
+    # write (module docstring, "Cost"); removed by `close` if this object
+    # wrote or checkpointed (a process that only reads leaves them).
     self._spare_dir = os.path.join(self._files_dir, 'spare')
     self._spares = sorted(os.listdir(self._spare_dir)) if os.path.isdir(self._spare_dir) else []
     self._spares_lock = threading.Lock()
+    self._wrote = False
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # One connection, shared by the threads of a round under a lock.
     self._lock = threading.RLock()
@@ -277,7 +280,8 @@ class ClientStateStore:
       self._raise_if_a_write_failed()
     finally:
       self._connection.close()
-      shutil.rmtree(self._spare_dir, ignore_errors=True)
+      if self._wrote:
+        shutil.rmtree(self._spare_dir, ignore_errors=True)
 
   def flush(self) -> None:
     """Returns once every write so far is committed; raises `StoreWriteError`."""
@@ -305,36 +309,60 @@ class ClientStateStore:
     """
     self._raise_if_a_write_failed()
     limit = np.iinfo(np.int64).max if before_round is None else before_round
-    states = []
-    for client_id in client_ids:
-      # Pending rows first: a row leaves `_pending` only after it committed.
-      with self._pending_lock:
-        rounds = [r for r in self._pending.get(client_id, {}) if r < limit]
-        row = (max(rounds), self._pending[client_id][max(rounds)]) if rounds else None
-      if row is None:
-        with self._lock:
-          row = self._connection.execute(
-              'SELECT round, state FROM personal_states WHERE client_id = ? AND'
-              ' round < ? ORDER BY round DESC LIMIT 1;',
-              (client_id, limit),
-          ).fetchone()
-      if row is None:
-        states.append(None)
-        continue
+    return [self._read_one(client_id, limit) for client_id in client_ids]
+
+  def _newest_row(self, client_id: str, limit: int):
+    """(round, arrays | BLOB) of the client's newest row before `limit`, or None."""
+    # Pending rows first: a row leaves `_pending` only after it committed.
+    with self._pending_lock:
+      rounds = [r for r in self._pending.get(client_id, {}) if r < limit]
+      if rounds:
+        return max(rounds), self._pending[client_id][max(rounds)]
+    with self._lock:
+      return self._connection.execute(
+          'SELECT round, state FROM personal_states WHERE client_id = ? AND'
+          ' round < ? ORDER BY round DESC LIMIT 1;',
+          (client_id, limit),
+      ).fetchone()
+
+  def _read_one(self, client_id: str, limit: int) -> Optional[FlatState]:
+    """The client's newest state before round `limit` (None: no state).
+
+    Another process's checkpoint may drop a row between its lookup and the
+    read of its file, and a later write rewrite that file in place (module
+    docstring, "Cost"): a file that left its path before its read ended is
+    read again through a new lookup, which finds the newer row.
+    """
+    row = self._newest_row(client_id, limit)
+    while row is not None:
+      path = self._file_path(client_id, row[0])
       try:
-        written = row[1]
-        if isinstance(written, list):  # Pending: the arrays `write` took.
-          states.append([np.array(a) for a in written])
-        elif written == _IN_FILE:
-          states.append(_arrays_in(_read_file(self._file_path(client_id, row[0]))))
-        else:  # A row of a store written before session 22.
-          states.append(deserialize_state(written))
+        state = self._state_of(row[1], path)
+        if state is not None:
+          return state
+        newer = self._newest_row(client_id, limit)
+        if newer is None or newer[0] == row[0]:  # Not dropped: missing or replaced.
+          raise FileNotFoundError(f'{path} is missing or was replaced while it was read')
+        row = newer
       except (ValueError, EOFError, OSError) as e:
         raise StoreMismatchError(
             f'The personal state of client {client_id!r} written in round'
             f' {row[0]} in {self._path} is corrupt ({e}).'
         ) from e
-    return states
+    return None
+
+  @staticmethod
+  def _state_of(written, path: str) -> Optional[FlatState]:
+    """A row's state; None if its file left `path` before it was read whole."""
+    if isinstance(written, list):  # Pending: the arrays `write` took.
+      return [np.array(a) for a in written]
+    if written != _IN_FILE:  # A row of a store written before session 22.
+      return deserialize_state(written)
+    try:
+      data = _read_file(path)
+    except FileNotFoundError:
+      return None
+    return None if data is None else _arrays_in(data)
 
   def write(self, round_num: int, states: Mapping[str, Sequence[np.ndarray]]) -> None:
     """Stores the states the clients computed in `round_num`, atomically.
@@ -344,6 +372,7 @@ class ClientStateStore:
     written in the background (see the module docstring).
     """
     self._raise_if_a_write_failed()
+    self._wrote = True
     rows = [(cid, round_num, _taken(s)) for cid, s in states.items()]
     if self._queue is None:
       file_rows = self._write_files(rows)
@@ -460,6 +489,7 @@ class ClientStateStore:
     of later rounds (none in a sequential run) are kept.
     """
     self.flush()
+    self._wrote = True
     # Only a client written in (last checkpoint, round_num] can have more than
     # one row <= round_num. Both indexes cover the search, so the table's
     # pages (where each row keeps kilobytes of its state) are read only for
@@ -522,8 +552,10 @@ class ClientStateStore:
       yield
 
 
-def _read_file(path: str) -> np.ndarray:
-  """The file's bytes, read into one writable buffer (not zeroed first)."""
+def _read_file(path: str) -> Optional[np.ndarray]:
+  """The file's bytes, read into one writable buffer (not zeroed first);
+  None if the file left `path` before the read ended (a checkpoint made it
+  a spare, which a write may be rewriting)."""
   with open(path, 'rb', buffering=0) as f:
     data = np.empty(os.fstat(f.fileno()).st_size, np.uint8)
     view = memoryview(data)
@@ -532,7 +564,11 @@ def _read_file(path: str) -> np.ndarray:
       if not read:
         raise EOFError(f'{path} ended early.')
       view = view[read:]
-  return data
+    try:
+      still_there = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+    except FileNotFoundError:
+      still_there = False
+  return data if still_there else None
 
 
 def _reserve(f, size: int) -> None:
