@@ -30,9 +30,9 @@ Prints, on the same clients' data and the same model:
 * the time to move the round's personal states into TFF's runtime and back
   (an identity over {P}@CLIENTS), the transport part of a round;
 * the round as the program runs it, with the personal state store in the
-  loop (read the clients' states, written 5 rounds before, `next`, write
-  them back behind the next round, checkpoint the store every 5 rounds as
-  bin/train.py does), its
+  loop (read the clients' states, written 5 rounds before and read ahead
+  during the round before, `next`, write them back behind the next round,
+  checkpoint the store every 5 rounds as bin/train.py does), its
   ratio to the round without the store (blocks of 3 rounds of each,
   alternating, a store block timed until its writes are done), and the
   share of that round spent in store calls;
@@ -356,8 +356,8 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
     keyed = client_keys.with_client_keys(next_fn)
     round_num = [0]
 
-    def stored_ids():
-      return [f'{c}@{round_num[0] % _STORED_COHORTS}' for c in clients]
+    def stored_ids(round_offset=0):
+      return [f'{c}@{(round_num[0] + round_offset) % _STORED_COHORTS}' for c in clients]
 
     def one_round():
       if store is not None:  # The program's round: states from the store, back to it.
@@ -365,6 +365,8 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
         started = time.monotonic()
         read = store.read(stored_ids(), before_round=round_num[0])
         holder['personal'] = [tf.nest.pack_sequence_as(template, f) for f in read]
+        # Read ahead while this round trains, as bin/train.py does.
+        store.prefetch(stored_ids(round_offset=1), before_round=round_num[0] + 1)
         store_seconds.append(time.monotonic() - started)
       output = client_keys.call_in_key_order(
           keyed, (holder['state'], client_data, holder['personal']), keys

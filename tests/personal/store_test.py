@@ -434,3 +434,85 @@ def test_a_read_racing_another_stores_checkpoint_reads_the_newer_row(
     assert os.stat(os.path.join(path + '-states', '3', b_file)).st_ino == opened[0]
   reader.close()
   writer.close()
+
+
+class _ReadsByThread:
+  """Records which thread read each state file (`store._read_file`)."""
+
+  def __init__(self, monkeypatch):
+    self.threads = []
+    self.done = threading.Semaphore(0)
+    read_file = store_lib._read_file
+
+    def recording(path):
+      data = read_file(path)
+      self.threads.append(threading.current_thread().name)
+      self.done.release()
+      return data
+
+    monkeypatch.setattr(store_lib, '_read_file', recording)
+
+  def wait(self, count: int) -> None:
+    for _ in range(count):
+      assert self.done.acquire(timeout=10)
+
+
+def test_a_read_takes_the_states_prefetched_for_its_round(tmp_path, monkeypatch):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'), write_behind=False)
+  store.write(1, {'a': state(1.0), 'b': state(2.0)})
+  reads = _ReadsByThread(monkeypatch)
+  store.prefetch(['a', 'b', 'c'], before_round=2)
+  reads.wait(2)
+  a, b, c = store.read(['a', 'b', 'c'], before_round=2)
+  assert (a[0][0, 0], b[0][0, 0], c) == (1.0, 2.0, None)
+  assert len(reads.threads) == 2
+  assert all(t.startswith('personal-state-prefetch') for t in reads.threads)
+  a[0][0, 0] = -1.0  # A writable copy, taken once:
+  assert store.read(['a'], before_round=2)[0][0][0, 0] == 1.0
+  assert reads.threads[-1] == threading.current_thread().name  # read again here.
+  store.prefetch(['a'], before_round=2)
+  reads.wait(1)
+  store.read(['a'], before_round=3)  # Another round: not the prefetched state.
+  assert reads.threads[-1] == threading.current_thread().name
+  store.close()
+
+
+@pytest.mark.parametrize('write_behind', [False, True])
+def test_a_write_after_a_prefetch_is_what_the_read_returns(tmp_path, monkeypatch, write_behind):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'), write_behind=write_behind)
+  store.write(1, {'a': state(1.0), 'b': state(2.0)})
+  store.flush()
+  reads = _ReadsByThread(monkeypatch)
+  store.prefetch(['a', 'b'], before_round=3)
+  reads.wait(2)  # Both read ahead, from round 1's files.
+  store.write(2, {'a': state(10.0)})
+  a, b = store.read(['a', 'b'], before_round=3)
+  assert (a[0][0, 0], b[0][0, 0]) == (10.0, 2.0)
+  store.close()
+
+
+def test_a_restore_drops_what_was_prefetched(tmp_path, monkeypatch):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'), write_behind=False)
+  store.write(1, {'a': state(1.0)})
+  fingerprint = store.checkpoint(1)
+  store.write(2, {'a': state(2.0)})
+  reads = _ReadsByThread(monkeypatch)
+  store.prefetch(['a'], before_round=3)
+  reads.wait(1)
+  store.restore(fingerprint)  # Round 2 rolled back: its state is gone.
+  assert store.read(['a'], before_round=3)[0][0][0, 0] == 1.0
+  store.close()
+
+
+def test_a_prefetch_replaces_the_previous_ones_states(tmp_path, monkeypatch):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'), write_behind=False)
+  store.write(1, {'a': state(1.0), 'b': state(2.0)})
+  reads = _ReadsByThread(monkeypatch)
+  store.prefetch(['a'], before_round=2)
+  store.prefetch(['b'], before_round=2)
+  reads.wait(1)
+  store.read(['a', 'b'], before_round=2)
+  reads.wait(1)
+  # 'a' read here (its prefetch dropped, run or not), 'b' in the prefetcher.
+  assert reads.threads.count(threading.current_thread().name) == 1
+  store.close()

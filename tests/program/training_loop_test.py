@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import threading
 
 import numpy as np
 
@@ -112,6 +113,30 @@ def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   resumed = outputs.ExperimentDir(str(tmp_path), 'resumed')
   assert without_timing(outputs.RoundCsv(resumed.metrics_path).read()) == without_timing(rows)
   assert outputs.RoundCsv(resumed.eval_path).read() == eval_rows
+
+
+def test_states_read_ahead_of_their_round_change_nothing(tmp_path, monkeypatch):
+  """The next round's states, prefetched while a round trains, are the ones
+  the round would have read itself."""
+  threads = []
+  read_file = store_lib._read_file
+
+  def recording(path):
+    threads.append(threading.current_thread().name)
+    return read_file(path)
+
+  monkeypatch.setattr(store_lib, '_read_file', recording)
+  train('local', tmp_path, 'ahead')
+  assert any(t.startswith('personal-state-prefetch') for t in threads)
+  monkeypatch.setattr(training_loop._PersonalStates, 'prefetch', lambda *args: None)
+  threads.clear()
+  train('local', tmp_path, 'not_ahead')
+  assert threads and not any(t.startswith('personal-state-prefetch') for t in threads)
+  ahead, not_ahead = (outputs.ExperimentDir(str(tmp_path), n) for n in ('ahead', 'not_ahead'))
+  assert without_timing(outputs.RoundCsv(ahead.metrics_path).read()) == without_timing(
+      outputs.RoundCsv(not_ahead.metrics_path).read()
+  )
+  assert outputs.RoundCsv(ahead.eval_path).read() == outputs.RoundCsv(not_ahead.eval_path).read()
 
 
 def test_local_clients_never_sampled_keep_the_initial_model(tmp_path):

@@ -160,6 +160,12 @@ class _PersonalStates:
         for client_id, flat in zip(client_ids, flat_states)
     ]
 
+  def prefetch(self, client_ids, before_round: int) -> None:
+    """Starts reading the clients' states for a later `read` (the store's
+    `prefetch`): the next round's, while this one trains."""
+    if self._store is not None:
+      self._store.prefetch(client_ids, before_round=before_round)
+
   def write(self, round_num: int, client_ids, states) -> None:
     if self._store is not None:
       self._store.write(round_num, {c: _flat(s) for c, s in zip(client_ids, states)})
@@ -443,6 +449,11 @@ def _train_round(
   personal_states = personal.read(
       clients, round_num, lambda: process.get_model_weights(state)
   )
+  if round_num < config.total_rounds:  # The next round's clients this round leaves alone.
+    upcoming = sampling.sample_clients(
+        population, config.clients_per_round, seed=config.seed, round_num=round_num + 1
+    )
+    personal.prefetch([c for c in upcoming if c not in clients], round_num + 1)
   output = keyed_next(state, client_data, personal_states, [client_index[c] for c in clients])
   row = collections.OrderedDict(round=round_num)
   row.update(outputs.flatten_metrics(output.metrics))
