@@ -136,11 +136,12 @@ _ROUNDS_PER_CHECKPOINT = 5
 _STORED_COHORTS = 5
 
 
-def _in_blocks(plain_fn, store_fn, store_done_fn, blocks: int,
-               worker_pid: Optional[int]) -> tuple[float, float, float]:
-  """Seconds a round of `store_fn`, and its ratios to `plain_fn`'s in wall
+def _in_blocks(plain_fn, store_fn, store_done_fn, store_cpu_fn, blocks: int,
+               worker_pid: Optional[int]) -> tuple[float, float, float, float]:
+  """Seconds a round of `store_fn`, its ratios to `plain_fn`'s in wall
   time and in CPU time (this process and its TFF worker), timed in
-  alternating blocks of `_STORE_BLOCK_ROUNDS` rounds in a row.
+  alternating blocks of `_STORE_BLOCK_ROUNDS` rounds in a row, and the
+  store's own share of its CPU time (`store_cpu_fn`: the store's CPU so far).
 
   The store writes behind the round, during the next one: a store block is
   timed until its writes are done (`store_done_fn`), so no plain round pays
@@ -150,23 +151,27 @@ def _in_blocks(plain_fn, store_fn, store_done_fn, blocks: int,
   plain_fn()
   store_fn()
   store_done_fn()
-  seconds, ratios, cpu_ratios = [], [], []
+  seconds, ratios, cpu_ratios, store_shares = [], [], [], []
 
   def block(fn, done_fn=lambda: None):
-    started, cpu_started = time.monotonic(), _cpu_seconds(worker_pid)
+    started, cpu_started, store_started = (
+        time.monotonic(), _cpu_seconds(worker_pid), store_cpu_fn()
+    )
     for _ in range(_STORE_BLOCK_ROUNDS):
       fn()
     done_fn()
-    return time.monotonic() - started, _cpu_seconds(worker_pid) - cpu_started
+    return (time.monotonic() - started, _cpu_seconds(worker_pid) - cpu_started,
+            store_cpu_fn() - store_started)
 
   for _ in range(blocks):
-    plain, plain_cpu = block(plain_fn)
-    store, store_cpu = block(store_fn, store_done_fn)
+    plain, plain_cpu, _ = block(plain_fn)
+    store, store_cpu, store_own_cpu = block(store_fn, store_done_fn)
     seconds.append(store / _STORE_BLOCK_ROUNDS)
     ratios.append(store / plain)
     cpu_ratios.append(store_cpu / plain_cpu)
+    store_shares.append(store_own_cpu / store_cpu)
   median = statistics.median
-  return median(seconds), median(ratios), median(cpu_ratios)
+  return median(seconds), median(ratios), median(cpu_ratios), median(store_shares)
 
 
 def _median_seconds(fn, rounds: int) -> float:
@@ -352,7 +357,7 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
   keys = list(range(len(clients)))
   template = holder['personal'][0]
 
-  def round_fn(next_fn, client_data, store=None, store_seconds=None):
+  def round_fn(next_fn, client_data, store=None, store_seconds=None, store_cpu=None):
     keyed = client_keys.with_client_keys(next_fn)
     round_num = [0]
 
@@ -362,24 +367,26 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
     def one_round():
       if store is not None:  # The program's round: states from the store, back to it.
         round_num[0] += 1
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.thread_time()
         read = store.read(stored_ids(), before_round=round_num[0])
         holder['personal'] = [tf.nest.pack_sequence_as(template, f) for f in read]
         # Read ahead while this round trains, as bin/train.py does.
         store.prefetch(stored_ids(round_offset=1), before_round=round_num[0] + 1)
         store_seconds.append(time.monotonic() - started)
+        store_cpu[0] += time.thread_time() - cpu_started
       output = client_keys.call_in_key_order(
           keyed, (holder['state'], client_data, holder['personal']), keys
       )
       holder['state'], holder['personal'] = output.state, output.personal_states
       if store is not None:
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.thread_time()
         store.write(round_num[0], {
             c: _flat(s) for c, s in zip(stored_ids(), holder['personal'])
         })
         if round_num[0] % _ROUNDS_PER_CHECKPOINT == 0:
           store.checkpoint(round_num[0])
         store_seconds[-1] += time.monotonic() - started
+        store_cpu[0] += time.thread_time() - cpu_started
 
     return one_round
 
@@ -401,15 +408,15 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
         f'{c}@{cohort}': _flat(s)
         for cohort in range(_STORED_COHORTS) for c, s in zip(clients, holder['personal'])
     })
-    calls = []
+    calls, calls_cpu = [], [0.0]
     # Next to plain rounds: this VM's speed drifts more than the store costs.
-    seconds, ratio, cpu_ratio = _in_blocks(
-        one_round, round_fn(process.next, client_data, store, calls), store.flush, ROUNDS.value,
-        paired_with[1],
+    seconds, ratio, cpu_ratio, cpu_share = _in_blocks(
+        one_round, round_fn(process.next, client_data, store, calls, calls_cpu), store.flush,
+        lambda: calls_cpu[0] + store.threads_cpu_seconds(), ROUNDS.value, paired_with[1],
     )
     store.close()
     # After the warm-up.
-    with_store = _StoreRound(seconds, ratio, cpu_ratio, statistics.median(calls[1:]))
+    with_store = _StoreRound(seconds, ratio, cpu_ratio, statistics.median(calls[1:]), cpu_share)
   flat = _flat(holder['personal'][0])
   personal_flat = flat if process.has_personal_state else None
   transport_seconds = (
@@ -443,6 +450,7 @@ class _StoreRound:
   ratio: float  # median of seconds / the plain rounds timed next to them (`_in_blocks`)
   cpu_ratio: float  # the same in CPU-seconds (this process and its TFF worker)
   store_seconds: float  # median of the round's store calls
+  cpu_share: float  # median of the store's own CPU (calls, writer, prefetcher) / the round's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,7 +589,8 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
             f' ({with_store.ratio:.3f}x the rounds without it timed next to them, CPU'
             f' {with_store.cpu_ratio:.3f}x), of which store'
             f' calls {with_store.store_seconds * 1000:.1f} ms'
-            f' ({100 * with_store.store_seconds / with_store.seconds:.1f}%);'
+            f' ({100 * with_store.store_seconds / with_store.seconds:.1f}%), the store\'s own'
+            f' CPU {100 * with_store.cpu_share:.1f}% of that round\'s;'
         )
       print(
           f'{name}: {paired.seconds:.3f} s a round = {paired.ratio:.2f}x its floor'
@@ -658,16 +667,17 @@ def main(argv):
   print()
   print('| | s a round | ratio to its floor | CPU-s a round | CPU ratio | composed from ids: s'
         ' | ratio | with the store in the loop: s | ratio to the rounds without it | CPU ratio'
-        ' | store calls: share of that round |')
-  print('|---|---|---|---|---|---|---|---|---|---|---|')
-  print(f'| compute floor (before the pairs) | {floor:.3f} | 1.00 | | 1.00 | | | | | | |')
+        " | store calls: share of that round | the store's CPU: share of that round's |")
+  print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+  print(f'| compute floor (before the pairs) | {floor:.3f} | 1.00 | | 1.00 | | | | | | | |')
   for label, paired, composed, with_store in rows:
     composed_cells = f' {composed[0]:.3f} | {composed[1]:.2f} |' if composed else ' | |'
-    store_cells = ' | | | |'
+    store_cells = ' | | | | |'
     if with_store is not None:
       store_cells = (f' {with_store.seconds:.3f} | {with_store.ratio:.3f} |'
                      f' {with_store.cpu_ratio:.3f} |'
-                     f' {100 * with_store.store_seconds / with_store.seconds:.1f}% |')
+                     f' {100 * with_store.store_seconds / with_store.seconds:.1f}% |'
+                     f' {100 * with_store.cpu_share:.1f}% |')
     print(f'| {label} | {paired.seconds:.3f} | {paired.ratio:.2f} | {paired.cpu_seconds:.2f} |'
           f' {paired.cpu_ratio:.2f} |' + composed_cells + store_cells)
   if scaling:

@@ -25,15 +25,19 @@ def test_benchmark_prints_every_ratio(tmp_path):
       r' [\d.]+ s; parallel, 1 thread an op, \d+ ops at once [\d.]+ s; threads, default'
       r' threads [\d.]+ s; threads, 1 thread an op, \d+ ops at once [\d.]+ s\)', out)
   number = r'[\d.]+'
-  assert re.search(rf'\| compute floor \(before the pairs\) \| {number} \| 1.00 \| \| 1.00 \|', out)
-  # Seconds, paired ratio, CPU-seconds, CPU ratio; then composed and store cells.
-  assert re.search(rf'\| stock tff.learning FedAvg \|( {number} \|){{6}} \| \| \| \|', out)
-  assert re.search(rf'\| stock, DATASET_ITERATOR loops \|( {number} \|){{4}}( \|){{6}}', out)
-  assert re.search(rf'\| stock, tf.data autotuning on \|( {number} \|){{4}}( \|){{6}}', out)
+  def row(label, cells):
+    return re.search(rf'^\| {label} \|{cells}$', out, re.MULTILINE)
+
+  assert row(r'compute floor \(before the pairs\)', rf' {number} \| 1.00 \| \| 1.00 \|( \|){{7}}')
+  # Seconds, paired ratio, CPU-seconds, CPU ratio; then 2 composed and 5 store cells.
+  assert row('stock tff.learning FedAvg', rf'( {number} \|){{6}}( \|){{5}}')
+  assert row('stock, DATASET_ITERATOR loops', rf'( {number} \|){{4}}( \|){{7}}')
+  assert row('stock, tf.data autotuning on', rf'( {number} \|){{4}}( \|){{7}}')
   # FedAvg has no personal state, so no store.
-  assert re.search(rf'\| ours: fedavg \|( {number} \|){{6}} \| \| \| \|$', out, re.MULTILINE)
-  # Then the store: seconds, ratios to the rounds without it (wall, CPU), share of calls.
-  assert re.search(rf'\| ours: ditto \|( {number} \|){{9}} {number}% \|$', out, re.MULTILINE)
+  assert row('ours: fedavg', rf'( {number} \|){{6}}( \|){{5}}')
+  # Then the store: seconds, ratios to the rounds without it (wall, CPU),
+  # share of the round in its calls, the store's share of the round's CPU.
+  assert row('ours: ditto', rf'( {number} \|){{9}} {number}% \| {number}% \|')
   floors = re.findall(r'^(\w+): .* its floor \((\d) floor passes; CPU', out, re.MULTILINE)
   assert floors == [('fedavg', '1'), ('ditto', '2')]
   transport = re.findall(

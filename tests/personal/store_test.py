@@ -516,3 +516,20 @@ def test_a_prefetch_replaces_the_previous_ones_states(tmp_path, monkeypatch):
   # 'a' read here (its prefetch dropped, run or not), 'b' in the prefetcher.
   assert reads.threads.count(threading.current_thread().name) == 1
   store.close()
+
+
+def test_threads_cpu_seconds_counts_the_writer_and_the_prefetcher(tmp_path, monkeypatch):
+  store = store_lib.ClientStateStore(str(tmp_path / 's.sqlite'))
+  assert len(store._threads) == 1  # The writer.
+  big = [np.ones((512, 1024), np.float32)]  # 2 MiB a state.
+  store.write(1, {f'c{i}': big for i in range(20)})
+  store.flush()
+  after_writes = store.threads_cpu_seconds()
+  assert after_writes > 0.0
+  reads = _ReadsByThread(monkeypatch)
+  store.prefetch([f'c{i}' for i in range(20)], before_round=2)
+  reads.wait(20)
+  assert len(store._threads) == 2  # And the prefetcher.
+  assert store.threads_cpu_seconds() > after_writes
+  store.close()
+  assert store.threads_cpu_seconds() == 0.0  # Both ended.

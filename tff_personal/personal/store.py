@@ -81,6 +81,7 @@ import queue
 import shutil
 import sqlite3
 import threading
+import time
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -247,6 +248,8 @@ class ClientStateStore:
     self._prefetch_limit: Optional[int] = None
     self._prefetch_lock = threading.RLock()
     self._prefetcher: Optional[concurrent.futures.ThreadPoolExecutor] = None
+    # The store's own threads (writer, prefetcher), for `threads_cpu_seconds`.
+    self._threads: list[threading.Thread] = []
     self._queue: Optional[queue.Queue] = None
     if write_behind:
       # At most two batches of rows waiting: a faster producer blocks in `write`.
@@ -256,6 +259,7 @@ class ClientStateStore:
           daemon=True,
       )
       self._writer.start()
+      self._threads.append(self._writer)
 
   def _connect(self) -> sqlite3.Connection:
     connection = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
@@ -301,6 +305,14 @@ class ClientStateStore:
       if self._wrote:
         shutil.rmtree(self._spare_dir, ignore_errors=True)
 
+  def threads_cpu_seconds(self) -> float:
+    """CPU time the store's own threads (the writer, the prefetcher) have
+    used so far, while they run (for measurements: bin/benchmark.py)."""
+    return sum(
+        time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        for thread in list(self._threads) if thread.is_alive()  # Both end in `close`.
+    )
+
   def flush(self) -> None:
     """Returns once every write so far is committed; raises `StoreWriteError`."""
     if self._queue is not None:
@@ -341,7 +353,8 @@ class ClientStateStore:
       self._drop_prefetched()
       if self._prefetcher is None:
         self._prefetcher = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix='personal-state-prefetch'
+            1, thread_name_prefix='personal-state-prefetch',
+            initializer=lambda: self._threads.append(threading.current_thread()),
         )
       self._prefetch_limit = _limit(before_round)
       for client_id in dict.fromkeys(client_ids):
