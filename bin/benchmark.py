@@ -34,8 +34,9 @@ Prints, on the same clients' data and the same model:
   during the round before, `next`, write them back behind the next round,
   checkpoint the store every 5 rounds as bin/train.py does), its
   ratio to the round without the store (blocks of 3 rounds of each,
-  alternating, a store block timed until its writes are done), and the
-  share of that round spent in store calls;
+  alternating, a store block timed until its writes are done), the
+  share of that round spent in store calls, and the store's own CPU (its
+  calls, its writer and prefetch threads) as a share of the round's CPU;
 * the store part of a round (read and write of the round's clients, and the
   checkpoint's compaction and fingerprint) with --stored_clients states
   already stored (e.g. 100 vs 100,000): whether a round grows with the
