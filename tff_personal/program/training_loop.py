@@ -4,6 +4,8 @@ Each round r = 1..R:
   1. sample `clients_per_round` clients (seeded, `sampling.sample_clients`);
   2. build their training datasets (seeded shuffles) and read their personal
      states from the store (new clients get `initial_personal_state`);
+     start reading the next round's clients' states in the background (those
+     this round does not train; `ClientStateStore.prefetch`);
   3. run `process.next`; write the returned personal states to the store;
   4. every `rounds_per_eval` rounds (and at the end) evaluate every
      evaluation client's own model on its own test split (with
@@ -431,14 +433,18 @@ def _is_whole_model(task, process) -> bool:
   return process.get_model_weights.type_signature.result.is_equivalent_to(whole)
 
 
+def _round_clients(population, config, round_num: int) -> list[str]:
+  return sampling.sample_clients(
+      population, config.clients_per_round, seed=config.seed, round_num=round_num
+  )
+
+
 def _train_round(
     task, process, keyed_next, state, personal, population, client_index, threat,
     round_num, config,
 ):
   """Samples, trains and stores one round; returns the new state and metrics."""
-  clients = sampling.sample_clients(
-      population, config.clients_per_round, seed=config.seed, round_num=round_num
-  )
+  clients = _round_clients(population, config, round_num)
   client_data = []
   for c in clients:
     seed = sampling.data_seed(config.seed, round_num, client_index[c])
@@ -450,9 +456,7 @@ def _train_round(
       clients, round_num, lambda: process.get_model_weights(state)
   )
   if round_num < config.total_rounds:  # The next round's clients this round leaves alone.
-    upcoming = sampling.sample_clients(
-        population, config.clients_per_round, seed=config.seed, round_num=round_num + 1
-    )
+    upcoming = _round_clients(population, config, round_num + 1)
     personal.prefetch([c for c in upcoming if c not in clients], round_num + 1)
   output = keyed_next(state, client_data, personal_states, [client_index[c] for c in clients])
   row = collections.OrderedDict(round=round_num)
