@@ -49,6 +49,29 @@ CASES = {
     'empty struct at clients': ([(), ()], tff.FederatedType(tff.StructType([]), tff.CLIENTS)),
     'strings': ((np.str_('a'), np.array([b'x', b'yz'], object)),
                 tff.StructType([np.str_, tff.TensorType(np.str_, (2,))])),
+    # Written straight into the message: C and Fortran order, a transposed
+    # view, other dtypes, no elements.
+    'arrays': (
+        (np.arange(6, dtype=np.float32).reshape(2, 3),
+         np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
+         np.arange(6, dtype=np.float32).reshape(3, 2).T,
+         np.arange(4, dtype=np.int64), np.array([True, False]), np.linspace(0, 1, 3),
+         np.zeros((0, 2), np.float32)),
+        tff.StructType([
+            tff.TensorType(np.float32, (2, 3)), tff.TensorType(np.float32, (2, 3)),
+            tff.TensorType(np.float32, (2, 3)), tff.TensorType(np.int64, (4,)),
+            tff.TensorType(np.bool_, (2,)), tff.TensorType(np.float64, (3,)),
+            tff.TensorType(np.float32, (0, 2)),
+        ]),
+    ),
+    # Left to TFF: a list, a shape TFF checks, a scalar array.
+    'other tensor values': (
+        ([1.0, 2.0], np.ones(3, np.float32), np.array(4, np.int32)),
+        tff.StructType([
+            tff.TensorType(np.float32, (2,)), tff.TensorType(np.float32, (None,)),
+            tff.TensorType(np.int32, ()),
+        ]),
+    ),
 }
 
 
@@ -61,6 +84,21 @@ def test_same_proto_as_tff(case):
   assert actual.SerializeToString(deterministic=True) == expected.SerializeToString(
       deterministic=True
   )
+
+
+def test_arrays_of_their_type_are_not_left_to_tff(monkeypatch):
+  left_to_tff = []
+  original = value_serialization.serialize_value
+
+  def counting(value, type_spec):
+    left_to_tff.append(str(type_spec))
+    return original(value, type_spec)
+
+  monkeypatch.setattr(value_serialization, 'serialize_value', counting)
+  value, type_spec = CASES['round argument']
+  remote_executor.serialize_into(value, type_spec, executor_pb2.Value())
+  # Only the scalars: every kernel and bias went straight into the message.
+  assert left_to_tff == ['int32'] + ['int32', 'int64'] * 3 + ['int64'] * 3
 
 
 def test_bad_values_are_type_errors():
