@@ -175,3 +175,20 @@ def test_calibration_reads_the_rounds_the_detector_may_flag(tmp_path):
     json.dump({'nfl_warmup_rounds': 6, 'nfl_window': 1}, f)
   with pytest.raises(ValueError, match='no detector rounds after the warm-up'):
     nfl_table.largest_windowed_w_div(path)
+
+
+def test_the_clean_full_participation_cells_must_not_be_flagged(tmp_path):
+  root = str(tmp_path)
+  dirs = {
+      ('classes_10', 'local', s): write_run(root, f'l{s}', {'a': 0.5}, classes=10, seed=s)
+      for s in (0, 1)
+  }
+  for setting, flags in (('iid_full', (False, False)), ('iid_full_noise_moderate', (False, True))):
+    for seed, flagged in enumerate(flags):
+      dirs[(setting, 'fedavg', seed)] = write_run(
+          root, f'{setting}{seed}', {'a': 0.7}, classes=10, seed=seed, flagged=flagged,
+          round_flagged=6 if flagged else -1,
+      )
+  checks = dict(nfl_table.checks(nfl_table.collect(dirs)))
+  assert checks['iid_full: the detector flags 0 of 2 seeds (should be 0)'] is True
+  assert checks['iid_full_noise_moderate: the detector flags 1 of 2 seeds (should be 0)'] is False
