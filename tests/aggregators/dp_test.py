@@ -120,7 +120,6 @@ def test_num_parameters():
         (dict(noise_multiplier=1.0, clip_norm=0.0), 'clip norm must be > 0'),
         (dict(noise_multiplier=1.0), 'clip norm must be > 0'),
         (dict(noise_multiplier=1.0, clip_norm=1.0, adaptive=True), 'not both'),
-        (dict(noise_multiplier=1.0, adaptive=True, noise_seed=1), 'needs fixed clipping'),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -154,3 +153,59 @@ def test_detector_squared_norms_take_k_times_the_updates_noise_multiplier():
   expected = accounting.DETECTOR_NOISE_FACTOR * 0.3 * 0.5**2 / K  # 0.1875
   # 400 draws: the sample std's standard error is ~3.5%; a 15% band.
   assert abs(np.std(draws) / expected - 1) < 0.15
+
+
+def adaptive_process(noise_seed, noise_multiplier):
+  """Adaptive clipping from C0 = 0.5, K = 100 expected clients (the value's
+  noise in the sum about z C, the count's std 5)."""
+  factory = dp.build_dp_aggregator(
+      noise_multiplier=noise_multiplier, clients_per_round=100, adaptive=True,
+      initial_clip_norm=0.5, noise_seed=noise_seed,
+  )
+  return factory.create(VECTOR, tff.TensorType(np.float32))
+
+
+def adaptive_rounds(process, rounds, state=None):
+  """(results, clips) of `rounds` rounds of 4 updates of norms 0.2, 1, 2 and 4."""
+  updates = [np.full(DIM, norm / np.sqrt(DIM), np.float32) for norm in (0.2, 1.0, 2.0, 4.0)]
+  state = process.initialize() if state is None else state
+  results, clips = [], []
+  for _ in range(rounds):
+    output = process.next(state, updates, [1.0] * 4)
+    state = output.state
+    results.append(output.result)
+    clips.append(float(output.measurements['dp_query_metrics']['clip']))
+  return results, clips, state
+
+
+def test_seeded_adaptive_clipping_without_noise_is_tffs():
+  seeded_results, seeded_clips, _ = adaptive_rounds(adaptive_process(7, 0.0), 3)
+  tff_results, tff_clips, _ = adaptive_rounds(adaptive_process(None, 0.0), 3)
+  np.testing.assert_array_equal(np.array(seeded_results), np.array(tff_results))
+  assert seeded_clips == tff_clips
+  # The clip after each round: 1 of the 4 updates below it, counted over the
+  # K = 100 expected clients, (1 - 4 / 2) / 100 + 1/2 = 0.49 below against the
+  # target 0.5, so C <- C exp(0.2 x 0.01).
+  np.testing.assert_allclose(seeded_clips, 0.5 * np.exp(0.002 * np.arange(1, 4)), rtol=1e-6)
+
+
+def test_seeded_adaptive_clipping_repeats_both_noises_from_the_seed_and_the_state():
+  process = adaptive_process(7, 1.0)
+  results, clips, _ = adaptive_rounds(process, 2)
+  again, clips_again, _ = adaptive_rounds(process, 2)
+  np.testing.assert_array_equal(np.array(results), np.array(again))
+  # The clip after round 1 follows the count's noise: seeded too.
+  assert clips == clips_again
+  # Round 2 from round 1's state (as after a resume) repeats round 2.
+  _, _, after_one = adaptive_rounds(process, 1)
+  resumed, resumed_clips, _ = adaptive_rounds(process, 1, after_one)
+  np.testing.assert_array_equal(resumed[0], results[1])
+  assert resumed_clips == clips[1:]
+  # Fresh noise each round and for another seed.
+  noise = [r - np.mean(r) for r in results]
+  assert abs(np.corrcoef(noise[0], noise[1])[0, 1]) < 0.05
+  other, other_clips, _ = adaptive_rounds(adaptive_process(8, 1.0), 2)
+  assert abs(np.corrcoef(noise[0], other[0] - np.mean(other[0]))[0, 1]) < 0.05
+  assert other_clips[1] != clips[1]
+  # Both seeds live in the aggregator's state (checkpointed with the server state).
+  assert str(process.initialize.type_signature).count('seed=int64[2]') == 2

@@ -56,6 +56,11 @@ def process_for(algorithm):
           nfl_detection=True, nfl_warmup_rounds=1, nfl_window=2, nfl_threshold=0.0,
       )
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedavg', TASK, options)
+    elif algorithm == 'fedavg_dp_adaptive_seeded':  # The clip's estimate is noised too.
+      options = dataclasses.replace(
+          OPTIONS, dp_adaptive_clipping=True, dp_noise_multiplier=0.05, dp_noise_seed=4,
+      )
+      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedavg', TASK, options)
     else:
       _PROCESSES[algorithm] = algorithm_registry.build_algorithm(algorithm, TASK, OPTIONS)
   return _PROCESSES[algorithm]
@@ -85,7 +90,8 @@ def without_timing(rows):
 @pytest.mark.parametrize(
     'algorithm',
     algorithm_registry.ALGORITHM_NAMES
-    + ('ditto_grid', 'fedper_nfl', 'lindt_on_detection', 'fedavg_dp_seeded'),
+    + ('ditto_grid', 'fedper_nfl', 'lindt_on_detection', 'fedavg_dp_seeded',
+       'fedavg_dp_adaptive_seeded'),
 )
 def test_outputs_and_resume_equal_an_uninterrupted_run(algorithm, tmp_path):
   summary = train(algorithm, tmp_path, 'full')

@@ -25,8 +25,10 @@ and take no noise.
 
 The noise is TFF's unseeded draw unless `noise_seed` is given: then
 `privacy.seeded_query` draws it from that seed and the aggregator's state, so
-a simulation repeats (and resumes) with the same noise. Only for simulations:
-whoever knows the seed can remove the noise.
+a simulation repeats (and resumes) with the same noise; with adaptive
+clipping the noise of the clip's quantile estimate too (the same query as
+`gaussian_adaptive`'s, TFF's parameters). Only for simulations: whoever
+knows the seed can remove the noise.
 
   aggregate: (<{U}@CLIENTS, {float32}@CLIENTS> -> mean of the clipped U + noise @SERVER)
 """
@@ -41,9 +43,11 @@ import tensorflow_privacy as tfp
 
 from tff_personal.privacy import seeded_query
 
-# Seed streams of the two seeded DP means of a round: the update, and the NFL
-# detector's squared norms.
-UPDATE_NOISE_STREAM, DETECTOR_NOISE_STREAM = 0, 1
+# Seed streams of a round's seeded DP noise: the update, the NFL detector's
+# squared norms, and adaptive clipping's count of unclipped updates.
+UPDATE_NOISE_STREAM, DETECTOR_NOISE_STREAM, CLIPPED_COUNT_NOISE_STREAM = 0, 1, 2
+# TFF's `gaussian_adaptive` default: the clip moves by at most a factor e^0.2 a round.
+ADAPTIVE_CLIP_LEARNING_RATE = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,34 +97,26 @@ def build_dp_aggregator(
       `initial_clip_norm` (then `clip_norm` must be None).
     initial_clip_norm: C0 of adaptive clipping.
     target_quantile: the quantile of update norms adaptive clipping tracks.
-    noise_seed: draw the noise from this seed (fixed clipping only; module
-      docstring); None: TFF's unseeded noise.
+    noise_seed: draw the noise from this seed (module docstring); None:
+      TFF's unseeded noise.
 
   Raises:
-    ValueError: for a negative z, a non-positive C or K, a missing or
-      doubly given clipping choice, or a noise seed with adaptive clipping.
+    ValueError: for a negative z, a non-positive C or K, or a missing or
+      doubly given clipping choice.
   """
   if noise_multiplier < 0:
     raise ValueError(f'The noise multiplier must be >= 0, got {noise_multiplier}.')
   if clients_per_round < 1:
     raise ValueError(f'clients_per_round must be >= 1, got {clients_per_round}.')
   if adaptive:
-    if noise_seed is not None:
-      raise ValueError(
-          'Seeded DP noise needs fixed clipping: adaptive clipping draws noise'
-          " in tensorflow-privacy's quantile estimate too."
-      )
     if clip_norm is not None:
       raise ValueError('Give a fixed clip norm or adaptive clipping, not both.')
     if not 0 < target_quantile < 1 or initial_clip_norm <= 0:
       raise ValueError(
           'Adaptive clipping needs 0 < target_quantile < 1 and initial_clip_norm > 0.'
       )
-    factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-        noise_multiplier,
-        float(clients_per_round),
-        initial_l2_norm_clip=initial_clip_norm,
-        target_unclipped_quantile=target_quantile,
+    factory = _gaussian_adaptive(
+        noise_multiplier, clients_per_round, initial_clip_norm, target_quantile, noise_seed
     )
   else:
     if clip_norm is None or not clip_norm > 0:
@@ -144,6 +140,32 @@ def _gaussian_fixed(
   query = tfp.NormalizedQuery(
       seeded_query.SeededGaussianSumQuery(
           clip_norm, clip_norm * noise_multiplier, (noise_seed, stream)
+      ),
+      denominator=float(clients_per_round),
+  )
+  return tff.aggregators.DifferentiallyPrivateFactory(query)
+
+
+def _gaussian_adaptive(
+    noise_multiplier: float, clients_per_round: int, initial_clip_norm: float,
+    target_quantile: float, noise_seed: Optional[int],
+) -> tff.aggregators.UnweightedAggregationFactory:
+  """TFF's `gaussian_adaptive` DP mean; with `noise_seed`, its seeded twin."""
+  if noise_seed is None:
+    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+        noise_multiplier, float(clients_per_round), initial_l2_norm_clip=initial_clip_norm,
+        target_unclipped_quantile=target_quantile, learning_rate=ADAPTIVE_CLIP_LEARNING_RATE,
+    )
+  # The query `gaussian_adaptive` builds, with both noises seeded.
+  value_noise, clipped_count_stddev = tff_dp.adaptive_clip_noise_params(
+      noise_multiplier, float(clients_per_round), None
+  )
+  query = tfp.NormalizedQuery(
+      seeded_query.SeededQuantileAdaptiveClipSumQuery(
+          initial_clip_norm, value_noise, target_quantile, ADAPTIVE_CLIP_LEARNING_RATE,
+          clipped_count_stddev, float(clients_per_round),
+          sum_seed=(noise_seed, UPDATE_NOISE_STREAM),
+          count_seed=(noise_seed, CLIPPED_COUNT_NOISE_STREAM),
       ),
       denominator=float(clients_per_round),
   )

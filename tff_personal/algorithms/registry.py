@@ -71,8 +71,8 @@ class AlgorithmOptions:
     dp_initial_clip_norm: adaptive clipping's initial C.
     dp_target_quantile: adaptive clipping's target quantile of update norms.
     dp_noise_multiplier: DP's noise multiplier z (0: clipping only).
-    dp_noise_seed: draw DP's noise from this seed (fixed clipping; None:
-      TFF's unseeded noise).
+    dp_noise_seed: draw DP's noise from this seed (None: TFF's unseeded
+      noise).
     nfl_detection: adds the NFL detector to the server (`nfl.detector`).
     nfl_warmup_rounds: the detector's warm-up rounds r'.
     nfl_window: the detector's moving window (rounds).

@@ -18,6 +18,14 @@ only when asked (`--dp_noise_seed`); the default stays TFF's unseeded query.
 
   initial_global_state: <l2_norm_clip=float32, stddev=float32, seed=int64[2]>
   get_noised_result: (sum, state) -> (sum + noise, state with the next seed, event)
+
+Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, NeurIPS 2021) draws
+noise twice a round: into the clipped sum and into the count of unclipped
+updates that moves the clip. `SeededQuantileAdaptiveClipSumQuery` is
+tensorflow-privacy's `QuantileAdaptiveClipSumQuery` with both drawn this way,
+from two seeds of their own. tensorflow-privacy rebuilds the sum's state for
+each round's new clip from scratch, so the sum's next seed is carried over
+into it.
 """
 
 import collections
@@ -47,7 +55,7 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
   def get_noised_result(self, sample_state, global_state):
     """The sum plus N(0, stddev^2) noise per coordinate, and the next seed."""
     records = tf.nest.flatten(sample_state)
-    seeds = tf.random.experimental.stateless_split(global_state.seed, num=len(records) + 1)
+    seeds = _split(global_state.seed, len(records))
     noised = [
         record + tf.cast(
             tf.random.stateless_normal(tf.shape(record), seed=seeds[i], stddev=global_state.stddev),
@@ -61,3 +69,60 @@ class SeededGaussianSumQuery(tfp.GaussianSumQuery):
         global_state._replace(seed=seeds[-1]),
         dp_accounting.GaussianDpEvent(noise_multiplier),
     )
+
+
+def _split(seed, num_records: int):
+  """One seed per record, then the next round's seed (the last)."""
+  return tf.random.experimental.stateless_split(seed, num=num_records + 1)
+
+
+class _SeededQuantileEstimatorQuery(tfp.QuantileEstimatorQuery):
+  """`tfp.QuantileEstimatorQuery` whose noisy count of the records below the
+  estimate is a `SeededGaussianSumQuery`."""
+
+  def __init__(self, *args, seed: tuple[int, int], **kwargs):
+    self._seed = seed  # Read by `_construct_below_estimate_query`, from super().__init__.
+    super().__init__(*args, **kwargs)
+
+  def _construct_below_estimate_query(self, below_estimate_stddev, expected_num_records):
+    # Each record is 0.5 or -0.5 (below the estimate or not, shifted by -0.5,
+    # as tensorflow-privacy's query), so a clip of 0.5 never clips.
+    return tfp.NormalizedQuery(
+        SeededGaussianSumQuery(0.5, below_estimate_stddev, self._seed),
+        denominator=expected_num_records,
+    )
+
+
+class SeededQuantileAdaptiveClipSumQuery(tfp.QuantileAdaptiveClipSumQuery):
+  """`tfp.QuantileAdaptiveClipSumQuery` with seeded noise (module docstring).
+
+  initial_global_state: <noise_multiplier, sum_state=<l2_norm_clip, stddev,
+    seed=int64[2]>, quantile_estimator_state=<..., below_estimate_state=
+    <numerator_state=<l2_norm_clip, stddev, seed=int64[2]>, denominator>>>
+  """
+
+  def __init__(self, initial_l2_norm_clip: float, noise_multiplier: float,
+               target_unclipped_quantile: float, learning_rate: float,
+               clipped_count_stddev: float, expected_num_records: float,
+               sum_seed: tuple[int, int], count_seed: tuple[int, int],
+               geometric_update: bool = True):
+    """tensorflow-privacy's arguments, and the seeds of the sum's noise and
+    of the clipped count's."""
+    super().__init__(initial_l2_norm_clip, noise_multiplier, target_unclipped_quantile,
+                     learning_rate, clipped_count_stddev, expected_num_records,
+                     geometric_update)
+    self._sum_query = SeededGaussianSumQuery(
+        initial_l2_norm_clip, noise_multiplier * initial_l2_norm_clip, sum_seed
+    )
+    self._quantile_estimator_query = _SeededQuantileEstimatorQuery(
+        initial_l2_norm_clip, target_unclipped_quantile, learning_rate, clipped_count_stddev,
+        expected_num_records, geometric_update, seed=count_seed,
+    )
+
+  def get_noised_result(self, sample_state, global_state):
+    """tensorflow-privacy's round, the sum's state keeping its next seed."""
+    result, new_state, event = super().get_noised_result(sample_state, global_state)
+    next_seed = _split(
+        global_state.sum_state.seed, len(tf.nest.flatten(sample_state.sum_state))
+    )[-1]
+    return result, new_state._replace(sum_state=new_state.sum_state._replace(seed=next_seed)), event

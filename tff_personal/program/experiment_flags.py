@@ -256,8 +256,9 @@ flags.register_validator(
 )
 DP_NOISE_SEED = flags.DEFINE_integer(
     'dp_noise_seed', None,
-    'DP with fixed clipping: draw the noise from this seed, so that a run repeats'
-    ' and resumes with the same noise (privacy/seeded_query.py). For simulations'
+    'DP: draw the noise (with adaptive clipping, that of the clip\'s estimate too)'
+    ' from this seed, so that a run repeats and resumes with the same noise'
+    ' (privacy/seeded_query.py). For simulations'
     " only: whoever knows the seed can remove the noise. Default: TFF's unseeded noise.",
 )
 DP_DELTA = flags.DEFINE_float(
@@ -783,11 +784,6 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
     return None
   if DP_CLIP_NORM.value is not None and DP_ADAPTIVE_CLIPPING.value:
     raise UsageError('--dp_clip_norm and --dp_adaptive_clipping exclude each other.')
-  if DP_NOISE_SEED.value is not None and DP_ADAPTIVE_CLIPPING.value:
-    raise UsageError(
-        '--dp_noise_seed needs --dp_clip_norm: adaptive clipping also draws noise'
-        " in tensorflow-privacy's quantile estimate, which cannot be seeded."
-    )
   if ALGORITHM.value not in algorithm_registry.AGGREGATING_ALGORITHMS:
     raise UsageError(
         f'--algorithm={ALGORITHM.value} sends no update: DP flags apply to '
