@@ -433,6 +433,12 @@ def _drop_import_time_context() -> None:
   set_default_context.set_no_default_context()
 
 
+# A program that exits before it installs a context (bad input) would
+# otherwise meet that failure at exit; registered at import, this hook runs
+# after `shutdown`'s.
+atexit.register(_drop_import_time_context)
+
+
 class WorkerUnavailableError(RuntimeError):
   """A remote TFF worker cannot be reached (at start-up or during a round)."""
 
