@@ -441,20 +441,25 @@ class _ReadsByThread:
 
   def __init__(self, monkeypatch):
     self.threads = []
-    self.done = threading.Semaphore(0)
+    self.prefetched = threading.Semaphore(0)
     read_file = store_lib._read_file
 
     def recording(path):
       data = read_file(path)
-      self.threads.append(threading.current_thread().name)
-      self.done.release()
+      name = threading.current_thread().name
+      self.threads.append(name)
+      if name.startswith('personal-state-prefetch'):
+        self.prefetched.release()
       return data
 
     monkeypatch.setattr(store_lib, '_read_file', recording)
 
   def wait(self, count: int) -> None:
+    """Waits for `count` more reads in the prefetch thread (a read in the
+    test's own thread is not one: counting it let a wait end before the
+    prefetch it waited for had read)."""
     for _ in range(count):
-      assert self.done.acquire(timeout=10)
+      assert self.prefetched.acquire(timeout=10)
 
 
 def test_a_read_takes_the_states_prefetched_for_its_round(tmp_path, monkeypatch):
@@ -511,8 +516,7 @@ def test_a_prefetch_replaces_the_previous_ones_states(tmp_path, monkeypatch):
   store.prefetch(['a'], before_round=2)
   store.prefetch(['b'], before_round=2)
   reads.wait(1)
-  store.read(['a', 'b'], before_round=2)
-  reads.wait(1)
+  store.read(['a', 'b'], before_round=2)  # Waits for 'b's prefetch.
   # 'a' read here (its prefetch dropped, run or not), 'b' in the prefetcher.
   assert reads.threads.count(threading.current_thread().name) == 1
   store.close()
