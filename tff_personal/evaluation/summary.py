@@ -12,16 +12,20 @@ from typing import Sequence
 import numpy as np
 
 
-def summarize(values: Sequence[float], prefix: str) -> collections.OrderedDict:
+def summarize(
+    values: Sequence[float], prefix: str, higher_is_better: bool = True
+) -> collections.OrderedDict:
   """Mean, std, min, 10th percentile, worst-10% mean, median and max.
 
-  The worst-10% mean averages the lowest ceil(10% of n) values (Ditto's
-  "worst 10%" fairness measure for accuracies).
+  The worst-10% mean averages the worst ceil(10% of n) values (Ditto's
+  "worst 10%" fairness measure): the lowest with `higher_is_better` (an
+  accuracy), else the highest (a loss).
   """
   values = np.asarray(values, dtype=np.float64)
   if values.size == 0:
     return collections.OrderedDict()
-  worst = np.sort(values)[: int(np.ceil(0.1 * values.size))]
+  worst_first = np.sort(values) if higher_is_better else -np.sort(-values)
+  worst = worst_first[: int(np.ceil(0.1 * values.size))]
   return collections.OrderedDict([
       (f'{prefix}_mean', float(np.mean(values))),
       (f'{prefix}_std', float(np.std(values))),

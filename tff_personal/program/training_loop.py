@@ -571,7 +571,8 @@ def _summarize_eval(
       for metric, key in (('accuracy', accuracy_name), ('loss', 'loss')):
         result.update(
             summary_lib.summarize(
-                [r[f'{key_prefix}{key}'] for r in rows], f'{prefix}{model_prefix}{metric}'
+                [r[f'{key_prefix}{key}'] for r in rows], f'{prefix}{model_prefix}{metric}',
+                higher_is_better=metric == 'accuracy',
             )
         )
     if rows and central_key is not None:
