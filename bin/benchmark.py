@@ -73,7 +73,9 @@ import sys  # pylint: disable=g-import-not-at-top
 import tempfile  # pylint: disable=g-import-not-at-top
 from typing import Optional  # pylint: disable=g-import-not-at-top
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from tff_personal.runtime import log_levels  # pylint: disable=g-import-not-at-top
+
+log_levels.quiet_native_logs(sys.argv)  # Before TensorFlow's import; --verbosity shows all.
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
@@ -614,6 +616,7 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
 
 
 def main(argv):
+  log_levels.quiet_python_logs(verbosity_set=flags.FLAGS['verbosity'].present > 0)
   if len(argv) > 1:
     sys.exit(f'benchmark.py: error: unexpected arguments: {" ".join(argv[1:])}')
   global _FLOOR_ON_GPU

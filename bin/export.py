@@ -9,8 +9,11 @@ them. Takes the same task and algorithm flags as bin/train.py.
 """
 
 import os
+import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from tff_personal.runtime import log_levels  # pylint: disable=g-import-not-at-top
+
+log_levels.quiet_native_logs(sys.argv)  # Before TensorFlow's import; --verbosity shows all.
 from tff_personal.runtime import allocator  # pylint: disable=g-import-not-at-top
 
 if __name__ == '__main__':  # Not when tests load this file as a module.

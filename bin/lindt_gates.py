@@ -13,9 +13,11 @@ range over clients.
 Takes the run's flags (its flags.txt); exit code 2 with one line on bad input.
 """
 
-import os
+import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from tff_personal.runtime import log_levels  # pylint: disable=g-import-not-at-top
+
+log_levels.quiet_native_logs(sys.argv)  # Before TensorFlow's import; --verbosity shows all.
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top

@@ -23,7 +23,9 @@ import os
 import socket
 import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+from tff_personal.runtime import log_levels  # pylint: disable=g-import-not-at-top
+
+log_levels.quiet_native_logs(sys.argv)  # Before TensorFlow's import; --verbosity shows all.
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
@@ -51,6 +53,7 @@ def _port_free(port: int) -> bool:
 
 
 def main(argv):
+  log_levels.quiet_python_logs(verbosity_set=flags.FLAGS['verbosity'].present > 0)
   if len(argv) > 1:
     sys.exit(f'worker.py: error: unexpected arguments: {" ".join(argv[1:])}')
   if PORT.value is None:

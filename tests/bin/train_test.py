@@ -174,6 +174,8 @@ def test_killed_run_resumes_to_the_uninterrupted_results(cache_dir, tmp_path):
       capture_output=True, text=True, env=env, timeout=600, check=True,
   )
   assert 'Resuming' in resumed.stdout and 'after round 2' in resumed.stdout
+  # Checkpoints and TFF's tracing log at INFO; without --verbosity none shows.
+  assert not re.search(r'^(I\d{4} |INFO:)', resumed.stderr, re.MULTILINE), resumed.stderr
 
   run_main(common + ['--experiment_name=uninterrupted'])
   timing = 'round_seconds'

@@ -18,6 +18,7 @@ from tff_personal.aggregators import names as aggregator_names
 from tff_personal.algorithms import registry as algorithm_registry
 from tff_personal.attacks import roles as attack_roles
 from tff_personal.runtime import devices
+from tff_personal.runtime import log_levels
 from tff_personal.tasks import registry as task_registry
 
 # What is trained.
@@ -434,13 +435,19 @@ def exit_with_error(message: str, code: int = 2) -> NoReturn:
 
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
-  """An absl `flags_parser` that reports bad flags on one line, exit code 2."""
+  """An absl `flags_parser`: bad flags on one line with exit code 2, quiet logs.
+
+  TensorFlow's and TFF's INFO lines stay hidden unless --verbosity is given
+  (`runtime.log_levels`).
+  """
   global _program_name
   _program_name = os.path.basename(argv[0])
   try:
-    return flags.FLAGS(argv)
+    remaining = flags.FLAGS(argv)
   except flags.Error as e:
     exit_with_error(e)
+  log_levels.quiet_python_logs(verbosity_set=flags.FLAGS['verbosity'].present > 0)
+  return remaining
 
 
 def task_options() -> task_registry.TaskOptions:
