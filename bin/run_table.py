@@ -13,6 +13,13 @@ resumed from its checkpoint), then prints the table of benign clients'
 test accuracy (mean ± std (worst-10% mean)), the privacy spent by DP runs,
 and the checks of the shape Ditto's paper reports where its settings are in
 the table. Logs go to <root_output_dir>/<run>.log.
+
+The table is also written beside the runs, to <root_output_dir>/table.md (as
+printed) and <root_output_dir>/table.csv (tff_personal/reports/table_files.py):
+one row per (setting, column) with the cell's mean, std, worst-10% mean,
+number of seeds and each seed's mean (or the note of a failed or missing
+run); with --report=nfl, one row per (setting, column, seed) with central and
+local accuracy, beta and the detector's flag.
 """
 
 import collections
@@ -25,6 +32,7 @@ from absl import flags
 
 from tff_personal.program import nfl_table
 from tff_personal.program import results_table
+from tff_personal.reports import table_files
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,7 +45,9 @@ ROOT_OUTPUT_DIR = flags.DEFINE_string(
     "Overrides the flagfiles' --root_output_dir (default: output/<configs_dir name>).",
 )
 OUTPUT_MARKDOWN = flags.DEFINE_string(
-    'output_markdown', None, 'Also write the table to this file.'
+    'output_markdown', None,
+    'Also write the table to this file (it is always written to'
+    ' <root_output_dir>/table.md and table.csv).',
 )
 SEEDS = flags.DEFINE_list(
     'seeds', [],
@@ -157,9 +167,11 @@ def main(argv):
         )
   if REPORT.value == 'nfl':
     try:
-      _output(nfl_table.report(finished, TASK.value))
+      text = nfl_table.report(finished, TASK.value)
+      rows = table_files.nfl_rows(nfl_table.collect(finished))
     except (ValueError, KeyError) as e:
       sys.exit(f'run_table.py: error: cannot read the NFL table: {e}')
+    _output(text, table_files.NFL_FIELDS, rows)
     return
   results = {key: results_table.over_seeds(cells) for key, cells in per_seed.items()}
   settings = results_table.in_table_order({r.setting for r in runs}, results_table.SETTINGS)
@@ -178,11 +190,17 @@ def main(argv):
       f'- [{"x" if passed else " "}] {text}'
       for text, passed in results_table.ditto_shape_checks(results)
   ]
-  _output('\n'.join(lines))
+  _output(
+      '\n'.join(lines), table_files.CELL_FIELDS,
+      table_files.cell_rows(results, settings, columns),
+  )
 
 
-def _output(text: str) -> None:
+def _output(text: str, csv_fields: tuple[str, ...], csv_rows: list[dict]) -> None:
+  """Prints the table; writes it to table.md and table.csv, and --output_markdown."""
   print(text)
+  paths = table_files.write(_root(), text, csv_fields, csv_rows)
+  print(f'wrote {" and ".join(paths)}', file=sys.stderr)
   if OUTPUT_MARKDOWN.value:
     with open(OUTPUT_MARKDOWN.value, 'w') as f:
       f.write(text + '\n')

@@ -1,0 +1,100 @@
+"""bin/run_table.py's table files: table.md and table.csv beside the runs."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.bin import binaries
+from tff_personal.program import nfl_table
+from tff_personal.program import results_table
+from tff_personal.reports import table_files
+
+SCRIPT = f'{binaries.REPO_ROOT}/bin/run_table.py'
+Cell = results_table.Cell
+
+
+def _read_csv(path):
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))
+
+
+def test_cell_rows_one_row_per_setting_and_column():
+  results = {
+      ('clean', 'fedavg'): Cell(0.8, 0.1, 0.5),
+      ('clean', 'ditto'): results_table.SeedsCell((Cell(0.9, 0.1, 0.6), Cell(0.7, 0.3, 0.2))),
+      ('a3_10', 'fedavg'): 'failed (exit 1): out of memory',
+  }
+  rows = table_files.cell_rows(results, ['clean', 'a3_10'], ['fedavg', 'ditto'])
+  assert rows == [
+      {'setting': 'clean', 'column': 'fedavg', 'mean': 0.8, 'std': 0.1, 'worst10_mean': 0.5,
+       'seeds': 1, 'per_seed_means': '0.8'},
+      {'setting': 'clean', 'column': 'ditto', 'mean': pytest.approx(0.8),
+       'std': pytest.approx(0.2), 'worst10_mean': pytest.approx(0.4), 'seeds': 2,
+       'per_seed_means': '0.9;0.7'},
+      {'setting': 'a3_10', 'column': 'fedavg', 'note': 'failed (exit 1): out of memory'},
+      {'setting': 'a3_10', 'column': 'ditto', 'note': 'not run'},
+  ]
+
+
+def test_nfl_rows_one_row_per_seed_in_table_order():
+  table = {
+      ('poison_20', 'fedavg'): {1: nfl_table.RunResult(0.5, 0.6, -0.1, True, 7),
+                                0: nfl_table.RunResult(0.55, 0.65, 0.02, False, None)},
+      ('default', 'lindt'): {0: nfl_table.RunResult(None, 0.9, 0.2)},
+  }
+  rows = table_files.nfl_rows(table)
+  assert [(r['setting'], r['column'], r['seed']) for r in rows] == [
+      ('default', 'lindt', 0), ('poison_20', 'fedavg', 0), ('poison_20', 'fedavg', 1)
+  ]
+  assert rows[2] == {'setting': 'poison_20', 'column': 'fedavg', 'seed': 1,
+                     'central_accuracy': 0.5, 'local_accuracy': 0.6, 'beta': -0.1,
+                     'flagged': True, 'round_flagged': 7}
+
+
+def test_write_puts_table_md_and_table_csv_in_the_directory(tmp_path):
+  rows = table_files.cell_rows({('clean', 'fedavg'): Cell(0.8, 0.1, 0.5)}, ['clean'],
+                               ['fedavg', 'local'])
+  paths = table_files.write(str(tmp_path / 'out'), '| table |', table_files.CELL_FIELDS, rows)
+  assert paths == (f'{tmp_path}/out/table.md', f'{tmp_path}/out/table.csv')
+  assert (tmp_path / 'out' / 'table.md').read_text() == '| table |\n'
+  assert _read_csv(paths[1]) == [
+      {'setting': 'clean', 'column': 'fedavg', 'mean': '0.8', 'std': '0.1',
+       'worst10_mean': '0.5', 'seeds': '1', 'per_seed_means': '0.8', 'note': ''},
+      {'setting': 'clean', 'column': 'local', 'mean': '', 'std': '', 'worst10_mean': '',
+       'seeds': '', 'per_seed_means': '', 'note': 'not run'},
+  ]
+
+
+def test_reading_finished_runs_writes_the_table_files(tmp_path):
+  configs, root = tmp_path / 'configs', tmp_path / 'out'
+  configs.mkdir()
+  for column in ('fedavg', 'ditto'):
+    (configs / f'fmnist__clean__{column}.flags').write_text('--total_rounds=3\n--seed=0\n')
+  finished = {'fmnist__clean__fedavg': 0.8, 'fmnist__clean__fedavg__seed1': 0.6,
+              'fmnist__clean__ditto': 0.9}  # Ditto's seed 1 is not run.
+  for name, mean in finished.items():
+    (root / name).mkdir(parents=True)
+    final = {'eval/accuracy_mean': mean, 'eval/accuracy_std': 0.1,
+             'eval/accuracy_worst10_mean': mean - 0.3}
+    (root / name / 'summary.json').write_text(
+        json.dumps({'final_eval': final, 'rounds_completed': 3})
+    )
+  result = subprocess.run(
+      [sys.executable, SCRIPT, f'--configs_dir={configs}', '--task=fmnist',
+       f'--root_output_dir={root}', '--norun', '--seeds=0,1',
+       f'--output_markdown={tmp_path}/copy.md'],
+      cwd=binaries.REPO_ROOT, capture_output=True, text=True, check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  markdown = (root / 'table.md').read_text()
+  assert markdown == result.stdout == (tmp_path / 'copy.md').read_text()
+  assert '| clean | 0.7000 ± 0.1000 (0.4000) [0.800, 0.600] | not run |' in markdown
+  rows = _read_csv(root / 'table.csv')
+  assert [(r['setting'], r['column'], r['note']) for r in rows] == [
+      ('clean', 'fedavg', ''), ('clean', 'ditto', 'not run')
+  ]
+  assert float(rows[0]['mean']) == pytest.approx(0.7) and rows[0]['per_seed_means'] == '0.8;0.6'
+  assert rows[0]['seeds'] == '2'

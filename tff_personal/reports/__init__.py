@@ -1,0 +1,1 @@
+"""Reports of finished runs: figures, markdown and CSV files (no TensorFlow)."""
