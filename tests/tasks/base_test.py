@@ -10,7 +10,7 @@ from tff_personal.tasks import base
 
 
 def flat_map_epochs(dataset, epochs, seed, shuffle_buffer=1000):
-  """The formulation `base.shuffled_epochs` had until session 19 (a `flat_map`)."""
+  """An earlier formulation of `base.shuffled_epochs` (a `flat_map`)."""
   seed = tf.cast(seed, tf.int64)
 
   def epoch(e):

@@ -17,86 +17,35 @@ scalar projection of the global representation on the local one (a large
 angle gives a small score and a loose intertwinement). G's own forward pass
 does not see L.
 
-Our change (`attach_logits`, on by default): one more attaching module
-after the classifier block, so that L's logits are L^M + sigmoid(score) *
-G^M with the same score (treating the softmax as layer M + 1). Without it,
-L's own classifier is trained on the client's data alone: on Shakespeare L
-trailed FedAvg's global model in most cells, and on label-IID fmnist too.
-Measured on seed 0 of the NFL grid (docs/results_nfl.md): mean beta over the
-cells where both runs finished, Shakespeare +0.054 without, +0.087 with (LINDT
-above FedAvg in 7 of 7 cells, 3 of 7 without); fmnist +0.025 without, +0.023
-with (label-IID +0.086 -> +0.126, but default +0.027 -> -0.003: G's logits
-pull a non-IID client's L towards the wrong classes). `attach_logits=False`
-is the arrangement as the paper and the issue state it.
+Options (each measured in docs/results_nfl.md, "LINDT's options"):
 
-A second change (`learn_gates`, off by default): each attaching module's
-gate becomes sigmoid(score + b_m), b_m a scalar per module and client,
-initialized to 0 and trained with v (a personal weight, never sent). With
-the paper's gate a representation orthogonal to L's still enters at
-sigmoid(0) = 1/2, and after a ReLU the angle is at most 90 degrees, so the
-gate cannot go loose; b_m lets each client learn how much of G to take at
-each layer, as APFL learns its mixing weight. Measured on fmnist (seed 0,
-docs/results_nfl.md): at the clients' learning rate the offsets hardly
-moved (mean over clients within [-0.14, +0.03]); mean beta +0.016 against
-+0.023 without, and the DP-noise-large cell diverged, so it stays off.
-
-A third change (`own_global`, off by default): each client keeps, with L,
-the global model as its last dual round left it (w after its local steps,
-the G that L's last steps were taken against) and predicts with L
-intertwined with that copy instead of the current global model. L's layers
-take L^m + gate G^m as input, so L is fitted to one G's features; when G has
-moved on since the client's last round (few rounds a client, a cohort of
-two swinging G), the current G feeds L features it never saw: in the fmnist
-active-10% cell, seed 1, L with the current G was at 0.499 mean accuracy
-against 0.879 for the private models. Training is unchanged; the personal
-state holds a second copy of the model. Measured on 21 paired fmnist runs
-(docs/results_nfl.md): it lifted that cell (-0.380 -> -0.283) but cost
-0.02-0.03 of beta where G keeps improving; mean +0.004 against +0.009
-without, so it stays off.
-
-A fourth change (`match_scale`, off by default): the attached G^m is
-rescaled to L^m's norm, h^m = L^m + sigmoid(score) (||L^m|| / ||G^m||) G^m,
-per example (the score unchanged). With the paper's module G^m enters at its
-own scale: in the fmnist active-10% cell, seed 1, the current G's first-block
-features were 8x L's norm (up to 36x), and under DP noise large G's noisy
-weights make its features, and the gradient of L's loss into w through the
-module, large enough that local training diverged in 2 of 3 seeds. Rescaled,
-G's features can make up at most half of L's next input, and the gradient
-through the module is divided by ||G^m||. Measured on fmnist (commit
-057726b's criterion, docs/results_nfl.md): the DP-noise-large runs still
-diverged (seed 1 at round 17; G's train loss reached 1e9 and 1e11 in the
-other two before recovering) and their beta fell (seeds 0 and 2: -0.266,
--0.216; seed 0 was -0.073 without); active 10% rose (-0.168 -> -0.108 over
-seeds 0-2) but stayed negative, poisoned 50% fell (-0.007 -> -0.018), default
-rose (+0.029 -> +0.048). It stays off; the other 9 runs were not made.
-
-A fifth change (`detach_global`, off by default): G^m enters the attaching
-modules as a constant, so L's loss no longer reaches w and w takes FedAvg's
-step on G's loss alone (v's step is unchanged). Under DP noise large the
-gradient of L's loss into w blows G up within a round: from a global model
-carrying 3 rounds of that noise, 40 dual steps took G's loss to 2.7e5 and
-4.7e12 for 2 of 4 fmnist clients, at most 318 with the module detached
-(a by-hand script, session 16); FedAvg under the same noise at twice the
-learning rate (0.1, seeds 1 and 2, 10 rounds) kept its training loss under 12.
-Measured on fmnist, seeds 0-2 (commit ac68fe3's criterion, docs/results_nfl.md):
-no DP-noise-large run diverged (3 of 3 finished; beta -0.072, -0.203, -0.128
-against -0.073, -0.178, -0.092 for the paper's runs that finished), but the
-mean beta over default, active 10% and poisoned 50% fell from -0.048 to
--0.069 (default +0.029 -> -0.035: L's loss makes a better G, central
-accuracy 0.616 -> 0.551 in seed 0). It stays off.
-
-G is detached the same way, whatever `detach_global` says, when the
-server's DP noise would blind the NFL detector (`detach_when_blind`, on by
-default): `nfl.detector.noise_to_signal` > 1 over the detector's window, or
-over one round without the detector, known from z, C, K and the model size
-before round 1. The global model is then mostly noise, and with L's loss
-reaching w, dual training on it diverged: in 9 of 14 fmnist always-mode runs
-under DP noise large (session 16) and in 3 of 3 on-detection runs there,
-which a blind detector switches to dual training at its first armed round
-(session 17); every detached run there finished (13 on fmnist), though
-at a lower beta than the attached runs that survived (-0.166 against
--0.114). Where the noise is below that bound (every non-DP and DP-moderate
-run) nothing changes.
+  * `attach_logits` (on; our change): one more attaching module after the
+    classifier block, L's logits = L^M + sigmoid(score) G^M with the same
+    score. Without it L's classifier learns from the client's data alone
+    and trailed FedAvg's global model on Shakespeare. `False` is the paper's
+    arrangement.
+  * `learn_gates` (off): gate sigmoid(score + b_m), b_m a personal scalar
+    per module trained with v, so that a client can shut G out (the paper's
+    gate is at least 1/2 for an orthogonal G after a ReLU). The offsets
+    hardly moved at the clients' learning rate.
+  * `own_global` (off): each client keeps the global model its last dual
+    round left and predicts with L intertwined with that copy, the G that L
+    was fitted to, instead of the current one (a second model copy in the
+    personal state). It helped where G swings, cost beta where G improves.
+  * `match_scale` (off): the attached G^m rescaled to L^m's norm,
+    L^m + sigmoid(score) (||L^m|| / ||G^m||) G^m, so that G's features make
+    at most half of L's next input. It did not stop divergence under heavy
+    DP noise.
+  * `detach_global` (off): G^m enters the modules as a constant, so L's loss
+    no longer reaches w (w takes FedAvg's step on G's loss alone). It stops
+    divergence under heavy DP noise but lowers beta elsewhere: L's loss
+    makes a better G.
+  * `detach_when_blind` (on): G is detached as above, whatever
+    `detach_global` says, when the server's DP noise would blind the NFL
+    detector (`nfl.detector.noise_to_signal` > 1 over the detector's window,
+    or over one round without the detector; known from z, C, K and the
+    model size before round 1). The global model is then mostly noise, and
+    dual training with L's loss reaching w diverged there.
 
 Client loss: CE(G's logits) + CE(L's logits); one SGD step
 per batch updates w and v on it (L's loss reaches w through the attaching

@@ -75,7 +75,7 @@ class SplitRound(NamedTuple):
   updates) then travel to the program, which runs the server phase on its
   own machine's worker (`context.call_on_local_worker`): behind 1 Gbit/s
   links, sending them back to the workers cost more than the second
-  training pass (docs/results_scale.md, session 22).
+  training pass (docs/results_scale.md).
   """
 
   client_phase: tff.Computation

@@ -11,8 +11,8 @@ one client's state and the round that wrote it:
 The state (a flat list of NumPy arrays, serialized with `np.save`, no
 pickle) is the file `<store>-states/<round>/<sha256 of the client id>`,
 written before its row commits (to a temporary name, then renamed), and the
-row's BLOB is the marker `file`; rows of stores written before session 22
-hold the state in the BLOB itself, and read as before. Files cost one copy
+row's BLOB is the marker `file`; stores written by older versions of this
+module hold the state in the BLOB itself, and read as before. Files cost one copy
 to write and an unlink to drop, where a BLOB of megabytes went through the
 WAL and the database and was freed page by page (10 FEMNIST CNN states a
 round: 70 ms of CPU to write, 0.5 s per 100 rows to drop; docs/results_scale.md).
@@ -50,14 +50,14 @@ Cost. A round reads and writes its cohort's rows by primary key, and a
 checkpoint touches only the clients written since the previous one (found
 through an index on round), so neither grows with the population. The
 queries of `checkpoint` and `fingerprint` read indexes only: in a store of
-BLOB rows (before session 22; 64 KiB pages) each row kept 8-64 KiB of its
+BLOB rows (the older format; 64 KiB pages) each row kept 8-64 KiB of its
 state in the table's own leaf pages, and a scan of the table at 100,000
 clients took 0.7 s.
 
 A new file costs the kernel more than the copy of its bytes: each of its
 pages is allocated and accounted as it is written (10 FEMNIST CNN states,
 68 MB: 85-95 ms of CPU a round in the writer thread, where rewriting
-existing files took 10 ms; session 23, docs/results_scale.md). So a write
+existing files took 10 ms; docs/results_scale.md). So a write
 takes a spare file (one a checkpoint dropped) when there is one, moves it
 to its temporary name and rewrites it in place. Spares never outnumber the
 most states written between two checkpoints, and `close` removes them.
@@ -422,7 +422,7 @@ class ClientStateStore:
     """A row's state; None if its file left `path` before it was read whole."""
     if isinstance(written, list):  # Pending: the arrays `write` took.
       return [np.array(a) for a in written]
-    if written != _IN_FILE:  # A row of a store written before session 22.
+    if written != _IN_FILE:  # A row of the older format: the state in its BLOB.
       return deserialize_state(written)
     try:
       data = _read_file(path)

@@ -1,4 +1,4 @@
-"""The NFL table (LINDT, Lin et al. 2020; issue 6): accuracy, beta and the detector.
+"""The NFL table (LINDT, Lin et al. 2020): accuracy, beta and the detector.
 
 A table of `configs/nfl_table` runs (`results_table.find_runs`) is read back
 per (setting, column) over the seeds that finished:
@@ -273,7 +273,8 @@ def confusion(
 
 
 def checks(table: Mapping[tuple[str, str], Mapping[int, RunResult]]) -> list[tuple[str, bool]]:
-  """Issue 6's acceptance shape, on means over seeds where both cells exist."""
+  """The shape LINDT reports (beta > 0, above FedAvg's; no false alarm), on
+  means over seeds where both cells exist."""
 
   def beta(setting, column):
     per_seed = table.get((setting, column))
@@ -310,7 +311,7 @@ def checks(table: Mapping[tuple[str, str], Mapping[int, RunResult]]) -> list[tup
 
 # The clean, full-participation cells: the detector's calibration runs (seed
 # 100) and cells it must not flag; iid_full_noise_moderate is iid_full under
-# noise_moderate's DP (docs/results_nfl.md, session 25).
+# noise_moderate's DP (docs/results_nfl.md).
 CALIBRATION_SETTINGS = ('iid_full', 'full', 'iid_full_noise_moderate')
 CALIBRATION_MARGIN = 1.25
 

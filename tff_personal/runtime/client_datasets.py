@@ -39,7 +39,7 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
   calls waiting in `~RootDataset::Iterator` on the thread in
   `Model::OptimizeLoop`. Our pipelines set no AUTOTUNE parameter, so turning
   it off changes no batch; FedAvg's rounds went from 1.2-2.9 s to 1.0-1.25 s
-  (docs/results_scale.md, session 19).
+  (docs/results_scale.md).
   """
   options = tf.data.Options()
   options.autotune.enabled = False

@@ -8,7 +8,7 @@ argument, `<<state, {client input}@CLIENTS, {P}@CLIENTS>, keys>`, is nested
 five levels deep above its tensors, so its personal states were copied five
 or six times, and once more into the `CreateValueRequest`: 0.50-0.61 s for
 Ditto's 10 FEMNIST CNN states (68 MB), against 0.06-0.07 s in place
-(docs/results_scale.md, session 19).
+(docs/results_scale.md).
 
 `serialize_into(value, type_spec, message)` writes struct and federated
 levels directly into `message` (`add()` on the repeated fields), and a
@@ -16,7 +16,7 @@ NumPy array of a tensor type with a fully known, non-scalar shape and the
 type's dtype straight into `message.array` (`tobytes()`, then one copy into
 the message; TFF's path copies its bytes three more times, into an `Array`,
 a `Value` and by `MergeFrom`: 0.05-0.06 s against 0.01 s for 10 FEMNIST CNN
-states, docs/results_scale.md, session 25). Everything else (scalars,
+states, docs/results_scale.md). Everything else (scalars,
 strings, other array types, sequences, computations) goes to TFF's
 `serialize_value`. The result is the same proto (tested against TFF's
 serializer). `RemoteExecutor.create_value` serializes
