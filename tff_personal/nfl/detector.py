@@ -24,7 +24,7 @@ their clipped update, and mean ||Delta_i||^2 is itself a Gaussian DP mean
 nothing is added back for it).
 
 Cohort-size correction (`cohort_correction`, on by default; a change to the
-issue's formula). D is the spread of this round's cohort around its own
+plain cohort formula above). D is the spread of this round's cohort around its own
 mean, and a small cohort's mean sits closer to its members: for cohort
 members drawn from a population whose updates spread with s^2 = E||Delta -
 E Delta||^2, E D = (1 - sum_i alpha_i^2) s^2, i.e. (K - 1)/K s^2 for K
@@ -38,7 +38,8 @@ D is 0 and stays 0.
 
   w_div = sqrt(D) / ||w||     (w: the shared weights the round started from)
 
-is the round's statistic (called Delta in the issue; `nfl/delta`).
+is the round's statistic (LINDT's Delta; the metric `nfl/w_div`, its windowed mean
+`nfl/windowed_w_div`).
 
 How much DP noise the detector can see through (`noise_to_signal`): with K
 clients a round, noise multiplier z and clip norm C, the aggregate's noise n

@@ -286,7 +286,7 @@ NFL_COHORT_CORRECTION = flags.DEFINE_bool(
     'nfl_cohort_correction', True,
     'NFL detector: divide the cohort divergence by 1 - sum of squared'
     ' aggregation weights ((K-1)/K for K equal clients), so that w_div does not'
-    " shrink with the clients a round (False: the issue's plain cohort formula).",
+    " shrink with the clients a round (False: the plain cohort formula).",
 )
 NFL_FLAG_WHEN_BLIND = flags.DEFINE_bool(
     'nfl_flag_when_blind', True,
