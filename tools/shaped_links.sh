@@ -10,7 +10,7 @@
 #   tools/shaped_links.sh down       # remove both
 #
 # Bytes over the links: /sys/class/net/thv{1,2}/statistics/{rx,tx}_bytes.
-# docs/results_scale.md (session 22) has the runs made with it.
+# docs/results_scale.md ("Remote workers") has the runs made with it.
 set -euo pipefail
 rate=${1:?usage: shaped_links.sh RATE|none|down}
 for i in 1 2; do
