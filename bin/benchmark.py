@@ -8,7 +8,7 @@ Prints, on the same clients' data and the same model:
 * the compute floor: plain TensorFlow running exactly the round's SGD steps
   (each client from the global weights, one pass over its batches, the
   example-weighted mean of the updates) in a process that never imported
-  TFF (`program/compute_floor.py` says why); the fastest of: one
+  TFF (`reports/compute_floor.py` says why); the fastest of: one
   `tf.function` with the clients one after the other on one model, or with a
   model each; a `tf.function` per client called from a thread per core (the
   clients really side by side, as in TFF's runtime); each with TensorFlow's
@@ -87,21 +87,23 @@ _IMPORTED = time.monotonic()
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from tff_personal.algorithms import registry as algorithm_registry  # pylint: disable=g-import-not-at-top
+from tff_personal.personal import personal_states as personal_states_lib  # pylint: disable=g-import-not-at-top
 from tff_personal.personal import store as store_lib  # pylint: disable=g-import-not-at-top
-from tff_personal.program import compute_floor  # pylint: disable=g-import-not-at-top
 from tff_personal.program import sampling  # pylint: disable=g-import-not-at-top
+from tff_personal.reports import compute_floor  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import client_datasets  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import client_keys  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
 from tff_personal.runtime import devices  # pylint: disable=g-import-not-at-top
+from tff_personal.tasks import options as task_options_lib
 from tff_personal.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
 
 TASK = flags.DEFINE_enum('task', 'femnist', task_registry.TASK_NAMES, 'Task (data and model).')
 FEMNIST_PATH = flags.DEFINE_string(
-    'femnist_path', task_registry.DEFAULT_FEMNIST_PATH, 'The FEMNIST sample (femnist105.npz).'
+    'femnist_path', task_options_lib.DEFAULT_FEMNIST_PATH, 'The FEMNIST sample (femnist105.npz).'
 )
 CACHE_DIR = flags.DEFINE_string(
-    'cache_dir', task_registry.DEFAULT_CACHE_DIR, "TFF's dataset cache."
+    'cache_dir', task_options_lib.DEFAULT_CACHE_DIR, "TFF's dataset cache."
 )
 ALGORITHMS = flags.DEFINE_list(
     'algorithms', ['fedavg', 'fedper', 'ditto', 'lindt'], 'Our algorithms to time.'
@@ -225,7 +227,7 @@ class _FloorServer:
   def __init__(self, folder: str, args: list):
     env = _floor_environment()
     self._process = subprocess.Popen(
-        [sys.executable, '-m', 'tff_personal.program.compute_floor', folder, '--serve', *args],
+        [sys.executable, '-m', 'tff_personal.reports.compute_floor', folder, '--serve', *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )
     self._read()  # {"ready": true}, after its warm-up round.
@@ -276,7 +278,7 @@ _FLOOR_VARIANTS = (
 def _compute_floor(task, datasets, learning_rate, folder):
   """The round's SGD steps in plain TensorFlow, in a process without TFF.
 
-  See `program/compute_floor.py` (why apart); returns the fastest variant's
+  See `reports/compute_floor.py` (why apart); returns the fastest variant's
   seconds, the steps, every variant's seconds by name, and the fastest
   variant's command-line arguments (for `_FloorServer`).
   """
@@ -291,7 +293,7 @@ def _compute_floor(task, datasets, learning_rate, folder):
   seconds, steps = {}, set()
   for mode, intra, inter in _FLOOR_VARIANTS:
     run = subprocess.run(
-        [sys.executable, '-m', 'tff_personal.program.compute_floor', folder, f'--mode={mode}',
+        [sys.executable, '-m', 'tff_personal.reports.compute_floor', folder, f'--mode={mode}',
          f'--intra_op_threads={intra}', f'--inter_op_threads={inter}'],
         capture_output=True, text=True, env=env, check=False,
     )
@@ -358,9 +360,8 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
       'personal': [process.initial_personal_state(c, weights) for c in clients],
   }
   keys = list(range(len(clients)))
-  template = holder['personal'][0]
 
-  def round_fn(next_fn, client_data, store=None, store_seconds=None, store_cpu=None):
+  def round_fn(next_fn, client_data, states=None, store_seconds=None, store_cpu=None):
     keyed = client_keys.with_client_keys(next_fn)
     round_num = [0]
 
@@ -368,26 +369,25 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
       return [f'{c}@{(round_num[0] + round_offset) % _STORED_COHORTS}' for c in clients]
 
     def one_round():
-      if store is not None:  # The program's round: states from the store, back to it.
+      if states is not None:  # The program's round: states from the store, back to it.
         round_num[0] += 1
         started, cpu_started = time.monotonic(), time.thread_time()
-        read = store.read(stored_ids(), before_round=round_num[0])
-        holder['personal'] = [tf.nest.pack_sequence_as(template, f) for f in read]
+        holder['personal'] = states.read(
+            stored_ids(), before_round=round_num[0], model_weights_fn=lambda: weights
+        )
         # Read ahead while this round trains, as bin/train.py does.
-        store.prefetch(stored_ids(round_offset=1), before_round=round_num[0] + 1)
+        states.prefetch(stored_ids(round_offset=1), before_round=round_num[0] + 1)
         store_seconds.append(time.monotonic() - started)
         store_cpu[0] += time.thread_time() - cpu_started
       output = client_keys.call_in_key_order(
           keyed, (holder['state'], client_data, holder['personal']), keys
       )
       holder['state'], holder['personal'] = output.state, output.personal_states
-      if store is not None:
+      if states is not None:
         started, cpu_started = time.monotonic(), time.thread_time()
-        store.write(round_num[0], {
-            c: _flat(s) for c, s in zip(stored_ids(), holder['personal'])
-        })
+        states.write(round_num[0], stored_ids(), holder['personal'])
         if round_num[0] % _ROUNDS_PER_CHECKPOINT == 0:
-          store.checkpoint(round_num[0])
+          states.after_checkpoint(round_num[0])
         store_seconds[-1] += time.monotonic() - started
         store_cpu[0] += time.thread_time() - cpu_started
 
@@ -406,21 +406,22 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
 
   with_store = None
   if process.has_personal_state:
-    store = store_lib.ClientStateStore(os.path.join(store_dir, f'{name}.sqlite'), create=True)
-    store.write(0, {
-        f'{c}@{cohort}': _flat(s)
-        for cohort in range(_STORED_COHORTS) for c, s in zip(clients, holder['personal'])
-    })
+    states = personal_states_lib.PersonalStates(
+        process, os.path.join(store_dir, f'{name}.sqlite'), resuming=False
+    )
+    stored = [f'{c}@{cohort}' for cohort in range(_STORED_COHORTS) for c in clients]
+    states.write(0, stored, holder['personal'] * _STORED_COHORTS)
     calls, calls_cpu = [], [0.0]
     # Next to plain rounds: this VM's speed drifts more than the store costs.
     seconds, ratio, cpu_ratio, cpu_share = _in_blocks(
-        one_round, round_fn(process.next, client_data, store, calls, calls_cpu), store.flush,
-        lambda: calls_cpu[0] + store.threads_cpu_seconds(), ROUNDS.value, paired_with[1],
+        one_round, round_fn(process.next, client_data, states, calls, calls_cpu),
+        states.store.flush, lambda: calls_cpu[0] + states.store.threads_cpu_seconds(),
+        ROUNDS.value, paired_with[1],
     )
-    store.close()
+    states.close()
     # After the warm-up.
     with_store = _StoreRound(seconds, ratio, cpu_ratio, statistics.median(calls[1:]), cpu_share)
-  flat = _flat(holder['personal'][0])
+  flat = personal_states_lib.flatten(holder['personal'][0])
   personal_flat = flat if process.has_personal_state else None
   transport_seconds = (
       _transport_seconds(process, holder['personal']) if process.has_personal_state else 0.0
@@ -464,10 +465,6 @@ class _OurTimes:
   first_call: float  # Trace + first round.
   personal_flat: Optional[list]  # A client's personal state, flat; None without one.
   transport_seconds: float  # The round's personal states into the runtime and back.
-
-
-def _flat(structure) -> list:
-  return [np.asarray(v) for v in tf.nest.flatten(structure)]
 
 
 def _client_ids_and_seeds(clients):
@@ -637,7 +634,7 @@ def main(argv):
     sys.exit(f'benchmark.py: error: --algorithms: unknown {", ".join(unknown)}')
   task = task_registry.build_task(
       TASK.value,
-      task_registry.TaskOptions(femnist_path=FEMNIST_PATH.value, cache_dir=CACHE_DIR.value),
+      task_options_lib.TaskOptions(femnist_path=FEMNIST_PATH.value, cache_dir=CACHE_DIR.value),
   )
   clients = sampling.sample_clients(
       sorted(task.client_ids), CLIENTS_PER_ROUND.value, seed=SEED.value, round_num=1

@@ -3,8 +3,8 @@
   bin/export.py --algorithm=local --task=femnist --export_dir=output/export
 
 Writes initialize/next/evaluate/get_model_weights as serialized TFF
-computations plus manifest.json (see tff_personal/program/export.py); a
-production TFF runtime, or `tff_personal.program.export.load_exported`, runs
+computations plus manifest.json (see tff_personal/reports/export.py); a
+production TFF runtime, or `tff_personal.reports.export.load_exported`, runs
 them. Takes the same task and algorithm flags as bin/train.py.
 """
 
@@ -36,7 +36,7 @@ EXPORT_DIR = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     ef.exit_with_error(f'unexpected arguments: {" ".join(argv[1:])}')
-  from tff_personal.program import export  # pylint: disable=g-import-not-at-top
+  from tff_personal.reports import export  # pylint: disable=g-import-not-at-top
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
 
   directory = EXPORT_DIR.value or os.path.join(

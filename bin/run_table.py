@@ -30,8 +30,8 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_personal.program import nfl_table
-from tff_personal.program import results_table
+from tff_personal.reports import nfl_table
+from tff_personal.reports import results_table
 from tff_personal.reports import table_files
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +64,7 @@ REPORT = flags.DEFINE_enum(
     'report', 'accuracy', ['accuracy', 'nfl'],
     'accuracy: benign accuracy cells and Ditto\'s checks; nfl: central and local'
     ' accuracy, beta against the Local runs, the NFL detector\'s confusion counts'
-    ' (tff_personal/program/nfl_table.py; configs/nfl_table).',
+    ' (tff_personal/reports/nfl_table.py; configs/nfl_table).',
 )
 
 

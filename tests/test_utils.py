@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_personal.models import model_spec
 from tff_personal.tasks import base
 
 
@@ -23,7 +24,7 @@ def tiny_model_spec(input_dim: int = 2, hidden: int = 0, num_classes: int = 2):
     return tf.keras.Model(inputs, outputs)
 
   blocks = ((('hidden',),) if hidden else ()) + (('logits',),)
-  return base.ModelSpec(
+  return model_spec.ModelSpec(
       build=build,
       blocks=blocks,
       loss=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -5,7 +5,7 @@ import os
 
 from tests.bin import binaries
 from tests.bin.train_test import run_main
-from tff_personal.program import export
+from tff_personal.reports import export
 
 export_binary = binaries.load('export')
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from tests.bin import binaries
-from tff_personal.program import nfl_table
-from tff_personal.program import results_table
+from tff_personal.reports import nfl_table
+from tff_personal.reports import results_table
 from tff_personal.reports import table_files
 
 SCRIPT = f'{binaries.REPO_ROOT}/bin/run_table.py'

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_personal.models import linear
-from tff_personal.tasks import base
+from tff_personal.models import model_spec
 
 
 def test_output_is_sigmoid_of_affine_map():
@@ -24,7 +24,7 @@ def test_one_block_covers_the_only_layer():
 
 
 def test_initial_weights_are_reproducible():
-  spec = base.ModelSpec(
+  spec = model_spec.ModelSpec(
       build=lambda: linear.build_logistic_regression(10, 4),
       blocks=linear.LOGISTIC_REGRESSION_BLOCKS,
       loss=tf.keras.losses.BinaryCrossentropy,

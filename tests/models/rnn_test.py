@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_personal.models import model_spec
 from tff_personal.models import rnn
-from tff_personal.tasks import base
 
 
 def _layers_with_weights(model):
@@ -20,7 +20,7 @@ def _flat_block_names(blocks):
 
 def _spec(build, blocks):
   spec = tf.TensorSpec([None, None], tf.int64)
-  return base.ModelSpec(
+  return model_spec.ModelSpec(
       build=build,
       blocks=blocks,
       loss=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from tests import test_utils
-from tff_personal.algorithms import client_training
 from tff_personal.algorithms import registry as algorithm_registry
 from tff_personal.runtime import client_datasets
+from tff_personal.training import client_training
 
 from tensorflow.core.framework import dataset_options_pb2  # pylint: disable=g-direct-tensorflow-import
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tff_personal.tasks import base
 from tff_personal.tasks import cifar100
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import sqlite_format
 
 # Train clients and their sizes; each example's fine label is unique.
@@ -47,7 +47,7 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture(scope='module')
 def task(cache_dir):
   return cifar100.build_cifar100_task(
-      registry.TaskOptions(cache_dir=cache_dir, test_fraction=0.2, seed=3)
+      task_options.TaskOptions(cache_dir=cache_dir, test_fraction=0.2, seed=3)
   )
 
 
@@ -76,12 +76,12 @@ def test_each_client_split_into_own_train_and_test(task):
 
 def test_split_is_seeded(cache_dir, task):
   again = cifar100.build_cifar100_task(
-      registry.TaskOptions(cache_dir=cache_dir, test_fraction=0.2, seed=3)
+      task_options.TaskOptions(cache_dir=cache_dir, test_fraction=0.2, seed=3)
   )
   assert _labels(again.test_data, '0') == _labels(task.test_data, '0')
   others = [
       _labels(cifar100.build_cifar100_task(
-          registry.TaskOptions(cache_dir=cache_dir, test_fraction=0.2, seed=s)
+          task_options.TaskOptions(cache_dir=cache_dir, test_fraction=0.2, seed=s)
       ).test_data, '0')
       for s in (4, 5, 6)
   ]
@@ -125,7 +125,7 @@ def test_missing_file_is_a_clear_error_without_network(tmp_path, monkeypatch):
   monkeypatch.setattr(socket.socket, 'connect', refuse)
   monkeypatch.setattr(urllib.request, 'urlopen', refuse)
   with pytest.raises(base.DataUnavailableError) as error:
-    cifar100.build_cifar100_task(registry.TaskOptions(cache_dir=str(tmp_path)))
+    cifar100.build_cifar100_task(task_options.TaskOptions(cache_dir=str(tmp_path)))
   message = str(error.value)
   assert os.path.join(str(tmp_path), 'cifar100.sqlite') in message
   assert cifar100.CIFAR100_URL in message and '--cache_dir' in message
@@ -134,4 +134,4 @@ def test_missing_file_is_a_clear_error_without_network(tmp_path, monkeypatch):
 
 def test_bad_test_fraction(cache_dir):
   with pytest.raises(ValueError, match='test_fraction'):
-    cifar100.build_cifar100_task(registry.TaskOptions(cache_dir=cache_dir, test_fraction=0.0))
+    cifar100.build_cifar100_task(task_options.TaskOptions(cache_dir=cache_dir, test_fraction=0.0))

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tff_personal.tasks import base
 from tff_personal.tasks import emnist
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import registry
 from tff_personal.tasks import sqlite_format
 
@@ -45,7 +46,7 @@ def write_tiny_emnist(folder):
 def task(tmp_path_factory):
   folder = str(tmp_path_factory.mktemp('tff_cache'))
   write_tiny_emnist(folder)
-  return emnist.build_emnist_task(registry.TaskOptions(cache_dir=folder))
+  return emnist.build_emnist_task(task_options.TaskOptions(cache_dir=folder))
 
 
 @pytest.fixture
@@ -126,7 +127,7 @@ def test_tff_model_fn(task):
 def test_missing_file_is_a_clear_error_without_network(tmp_path, no_network):
   cache_dir = str(tmp_path / 'empty')
   with pytest.raises(base.DataUnavailableError) as error:
-    emnist.build_emnist_task(registry.TaskOptions(cache_dir=cache_dir))
+    emnist.build_emnist_task(task_options.TaskOptions(cache_dir=cache_dir))
   message = str(error.value)
   assert '\n' not in message
   assert os.path.join(cache_dir, 'emnist_all.sqlite') in message
@@ -137,4 +138,4 @@ def test_missing_file_is_a_clear_error_without_network(tmp_path, no_network):
 
 def test_registry_builds_it(tmp_path, no_network):
   with pytest.raises(base.DataUnavailableError, match='emnist_all.sqlite'):
-    registry.build_task('emnist', registry.TaskOptions(cache_dir=str(tmp_path)))
+    registry.build_task('emnist', task_options.TaskOptions(cache_dir=str(tmp_path)))

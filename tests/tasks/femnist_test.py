@@ -10,7 +10,7 @@ import tensorflow_federated as tff
 
 from tff_personal.tasks import base
 from tff_personal.tasks import femnist
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REAL_NPZ = os.path.join(_REPO_ROOT, '..', 'shared', 'data', 'femnist105.npz')
@@ -36,7 +36,7 @@ def tiny(tmp_path_factory):
   folder = tmp_path_factory.mktemp('femnist')
   npz = str(folder / 'tiny.npz')
   write_tiny_npz(npz)
-  options = registry.TaskOptions(cache_dir=str(folder / 'cache'), femnist_path=npz)
+  options = task_options.TaskOptions(cache_dir=str(folder / 'cache'), femnist_path=npz)
   return femnist.build_femnist_task(options), options
 
 
@@ -104,7 +104,7 @@ def test_written_once_and_rebuilt_for_another_npz(tmp_path):
   assert os.stat(database).st_mtime_ns == first  # Up to date: not rewritten.
 
   write_tiny_npz(npz, extra_writer=True)
-  options = registry.TaskOptions(cache_dir=cache, femnist_path=npz)
+  options = task_options.TaskOptions(cache_dir=cache, femnist_path=npz)
   assert femnist.build_femnist_task(options).client_ids == ['w_a', 'w_b', 'w_c', 'w_d']
 
   os.remove(database + '.source.json')  # As if interrupted before the marker.
@@ -114,7 +114,7 @@ def test_written_once_and_rebuilt_for_another_npz(tmp_path):
 
 def test_missing_npz(tmp_path):
   missing = str(tmp_path / 'nowhere' / 'femnist105.npz')
-  options = registry.TaskOptions(cache_dir=str(tmp_path), femnist_path=missing)
+  options = task_options.TaskOptions(cache_dir=str(tmp_path), femnist_path=missing)
   with pytest.raises(base.DataUnavailableError) as error:
     femnist.build_femnist_task(options)
   assert missing in str(error.value) and '--femnist_path' in str(error.value)
@@ -124,7 +124,7 @@ def test_missing_npz(tmp_path):
 def real(tmp_path_factory):
   if not os.path.isfile(REAL_NPZ):
     pytest.skip(f'{REAL_NPZ} is not available.')
-  options = registry.TaskOptions(
+  options = task_options.TaskOptions(
       cache_dir=str(tmp_path_factory.mktemp('real_cache')), femnist_path=REAL_NPZ
   )
   return femnist.build_femnist_task(options)

@@ -10,6 +10,7 @@ import tensorflow as tf
 from tff_personal.tasks import base
 from tff_personal.tasks import fmnist
 from tff_personal.tasks import idx
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import registry
 
 # 40 examples of each of 10 classes: 300 "train" + 100 "t10k". Pixel [0, 0] of
@@ -53,7 +54,7 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def options(data_dir):
-  return registry.TaskOptions(data_dir=data_dir, num_clients=4, classes_per_client=2)
+  return task_options.TaskOptions(data_dir=data_dir, num_clients=4, classes_per_client=2)
 
 
 @pytest.fixture(scope='module')
@@ -223,7 +224,7 @@ def test_model(task):
 
 def test_missing_files(tmp_path):
   idx.write_idx(str(tmp_path / 'train-images-idx3-ubyte.gz'), np.zeros([1, 28, 28], np.uint8))
-  options = registry.TaskOptions(data_dir=str(tmp_path))
+  options = task_options.TaskOptions(data_dir=str(tmp_path))
   with pytest.raises(base.DataUnavailableError) as error:
     fmnist.build_fmnist_task(options)
   message = str(error.value)
@@ -239,15 +240,15 @@ def test_mnist(data_dir, options):
   task = fmnist.build_mnist_task(options)
   assert task.name == 'mnist' and len(task.client_ids) == 4
   with pytest.raises(base.DataUnavailableError, match='holds Fashion-MNIST.*--data_dir'):
-    fmnist.build_mnist_task(registry.TaskOptions())
+    fmnist.build_mnist_task(task_options.TaskOptions())
 
 
 @pytest.mark.skipif(
-    not os.path.isdir(registry.DEFAULT_FMNIST_DIR),
+    not os.path.isdir(task_options.DEFAULT_FMNIST_DIR),
     reason='Debian dataset-fashion-mnist is not installed.',
 )
 def test_real_fashion_mnist_defaults():
-  task = registry.build_task('fmnist', registry.TaskOptions())
+  task = registry.build_task('fmnist', task_options.TaskOptions())
   assert len(task.client_ids) == 10
   sizes = [
       (int(task.train_data.create_tf_dataset_for_client(c).cardinality()),

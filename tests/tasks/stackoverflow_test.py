@@ -13,6 +13,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.tasks import base
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import registry
 from tff_personal.tasks import sqlite_format
 from tff_personal.tasks import stackoverflow
@@ -86,7 +87,7 @@ def counts_dir(tmp_path_factory):
 
 
 def _options(cache_dir, task='word', vocab_source='auto', **kwargs):
-  return registry.TaskOptions(
+  return task_options.TaskOptions(
       cache_dir=cache_dir, stackoverflow_task=task,
       stackoverflow_vocab_source=vocab_source, **kwargs,
   )

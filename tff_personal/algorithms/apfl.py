@@ -28,10 +28,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
+from tff_personal.models import model_spec
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
+from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 
@@ -41,11 +41,11 @@ def mix(alpha, personal, global_):
   return tf.nest.map_structure(lambda v, w: alpha * v + (1.0 - alpha) * w, personal, global_)
 
 
-def build_client_update(model_spec: base.ModelSpec, *, learning_rate, alpha_learning_rate,
+def build_client_update(spec: model_spec.ModelSpec, *, learning_rate, alpha_learning_rate,
                         adaptive_alpha):
   """The client's steps (module docstring) as a `tf.function`."""
-  model = model_spec.tff_model_fn()
-  loss_fn = model_spec.loss()
+  model = spec.tff_model_fn()
+  loss_fn = spec.loss()
   variables = ModelWeights.from_model(model)
   trainable = list(variables.trainable)
 
@@ -99,7 +99,7 @@ def build_client_update(model_spec: base.ModelSpec, *, learning_rate, alpha_lear
 
 
 def build_apfl(
-    model: base.ModelSpec,
+    model: model_spec.ModelSpec,
     *,
     client_learning_rate: float,
     alpha: float = 0.5,

@@ -43,10 +43,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
+from tff_personal.models import model_spec
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
+from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 UNSELECTED_LAMBDA = -1.0  # A new client's lambda before it chose from the grid.
@@ -152,7 +152,7 @@ def build_client_update(
 
 
 def build_ditto(
-    model: base.ModelSpec,
+    model: model_spec.ModelSpec,
     *,
     ditto_lambda: float,
     client_learning_rate: float,

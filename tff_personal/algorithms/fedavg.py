@@ -23,10 +23,10 @@ import collections
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
+from tff_personal.models import model_spec
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
+from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 
@@ -53,7 +53,7 @@ def build_client_update(model_fn, learning_rate):
 
 
 def build_fedavg(
-    model: base.ModelSpec,
+    model: model_spec.ModelSpec,
     *,
     client_learning_rate: float,
     server: shared_model.ServerOptions = shared_model.ServerOptions(),

@@ -33,11 +33,11 @@ import hashlib
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
+from tff_personal.models import model_spec
 from tff_personal.models import split as split_lib
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
+from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 
@@ -78,7 +78,7 @@ def build_client_update(model_fn, split: split_lib.PersonalSplit, learning_rate,
 
 
 def build_fedper(
-    model: base.ModelSpec,
+    model: model_spec.ModelSpec,
     *,
     personal_blocks: int,
     client_learning_rate: float,

@@ -15,12 +15,12 @@ from typing import Optional
 import tensorflow_federated as tff
 
 from tff_personal.evaluation import per_client
+from tff_personal.models import model_spec
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
 
 
 def build_fedprox(
-    model: base.ModelSpec,
+    model: model_spec.ModelSpec,
     *,
     mu: float,
     client_learning_rate: float,

@@ -79,10 +79,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import client_training
 from tff_personal.algorithms import shared_model
+from tff_personal.models import model_spec
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
+from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 MODES = ('always', 'on_detection')
@@ -175,18 +175,18 @@ def _apply_blocks(model: tf.keras.Model, blocks, inputs):
   return outputs
 
 
-def check_chain(model_spec: base.ModelSpec) -> None:
+def check_chain(spec: model_spec.ModelSpec) -> None:
   """Raises ValueError unless the blocks, applied in order, are the model.
 
   The attaching modules sit between blocks, so every block must take the
   previous block's output alone (no skip connection across blocks), and
   there must be at least two blocks.
   """
-  if len(model_spec.blocks) < 2:
+  if len(spec.blocks) < 2:
     raise ValueError('LINDT needs a model with at least two blocks to attach.')
-  model = model_spec.build()
+  model = spec.build()
   names = [layer.name for layer in model.layers if not isinstance(layer, tf.keras.layers.InputLayer)]
-  if names != [name for block in model_spec.blocks for name in block]:
+  if names != [name for block in spec.blocks for name in block]:
     raise ValueError(
         'LINDT needs a model whose layers are its blocks in order, with no'
         ' other layer; this model has no place for attaching modules.'
@@ -197,7 +197,7 @@ def check_chain(model_spec: base.ModelSpec) -> None:
       shape, seed=[1, 2], maxval=3,
       dtype=tf.float32 if model.input.dtype.is_floating else tf.int32,
   )
-  chained = _apply_blocks(model, model_spec.blocks, x)[-1]
+  chained = _apply_blocks(model, spec.blocks, x)[-1]
   if not np.allclose(chained.numpy(), model(x).numpy(), atol=1e-5):
     raise ValueError(
         'LINDT needs a model whose blocks apply one after the other; this one'
@@ -208,9 +208,9 @@ def check_chain(model_spec: base.ModelSpec) -> None:
 class DualModel:
   """G, L and the Keras dual model over their layers."""
 
-  def __init__(self, model_spec: base.ModelSpec, intertwining: Intertwining = Intertwining()):
-    self.global_model = model_spec.build()
-    self.local_model = model_spec.build()
+  def __init__(self, spec: model_spec.ModelSpec, intertwining: Intertwining = Intertwining()):
+    self.global_model = spec.build()
+    self.local_model = spec.build()
     local_layers = {layer.name: layer for layer in self.local_model.layers}
     for name, layer in local_layers.items():
       layer._name = f'local_{name}'  # pylint: disable=protected-access  # Unique in the dual model.
@@ -218,9 +218,9 @@ class DualModel:
         shape=self.global_model.input_shape[1:], dtype=self.global_model.input.dtype
     )
     global_h, local_h = inputs, inputs
-    last = len(model_spec.blocks) - 1
+    last = len(spec.blocks) - 1
     self.attaching_modules, attached = [], []
-    for index, block in enumerate(model_spec.blocks):
+    for index, block in enumerate(spec.blocks):
       for name in block:
         global_h = self.global_model.get_layer(name)(global_h)
         local_h = local_layers[name](local_h)
@@ -271,15 +271,15 @@ class DualModel:
     )
 
 
-def build_client_update(model_spec: base.ModelSpec, learning_rate: float, mode: str,
+def build_client_update(spec: model_spec.ModelSpec, learning_rate: float, mode: str,
                         stop: str, intertwining: Intertwining, own_global: bool = False):
   """The client's round (module docstring) as a `tf.function`."""
-  models = DualModel(model_spec, intertwining)
-  loss_fn = model_spec.loss()
+  models = DualModel(spec, intertwining)
+  loss_fn = spec.loss()
   # G's training metrics, as FedAvg reports them, over G's own layers.
   metrics_model = tff.learning.models.from_keras_model(
-      models.global_model, loss=model_spec.loss(), input_spec=model_spec.input_spec,
-      metrics=model_spec.metrics(),
+      models.global_model, loss=spec.loss(), input_spec=spec.input_spec,
+      metrics=spec.metrics(),
   )
   global_vars = ModelWeights.from_model(metrics_model)
   local_vars = models.personal_weights
@@ -375,15 +375,15 @@ def with_zero_offsets(weights: ModelWeights, num_offsets: int) -> ModelWeights:
   )
 
 
-def predictor_spec(model_spec: base.ModelSpec,
-                   intertwining: Intertwining = Intertwining()) -> base.ModelSpec:
+def predictor_spec(spec: model_spec.ModelSpec,
+                   intertwining: Intertwining = Intertwining()) -> model_spec.ModelSpec:
   """A ModelSpec whose model is the dual model's L output (for evaluation)."""
-  return base.ModelSpec(
-      build=lambda: DualModel(model_spec, intertwining).predictor,
-      blocks=model_spec.blocks,
-      loss=model_spec.loss,
-      metrics=model_spec.metrics,
-      input_spec=model_spec.input_spec,
+  return model_spec.ModelSpec(
+      build=lambda: DualModel(spec, intertwining).predictor,
+      blocks=spec.blocks,
+      loss=spec.loss,
+      metrics=spec.metrics,
+      input_spec=spec.input_spec,
   )
 
 
@@ -402,7 +402,7 @@ def resolve_intertwining(intertwining: Intertwining, server: shared_model.Server
 
 
 def build_lindt(
-    model: base.ModelSpec,
+    model: model_spec.ModelSpec,
     *,
     client_learning_rate: float,
     server: shared_model.ServerOptions = shared_model.ServerOptions(),

@@ -30,14 +30,14 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.learning.templates import model_delta_client_work
 
 from tff_personal.evaluation import per_client
+from tff_personal.models import model_spec
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
 
 ModelWeights = tff.learning.models.ModelWeights
 
 
 def build_local(
-    model: base.ModelSpec, *, client_learning_rate: float, seed: int = 0
+    model: model_spec.ModelSpec, *, client_learning_rate: float, seed: int = 0
 ) -> process_lib.PersonalizedProcess:
   """Builds Local training; see the module docstring.
 

@@ -50,12 +50,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.aggregators import dp
-from tff_personal.algorithms import client_training
 from tff_personal.attacks import update_attacks
 from tff_personal.evaluation import per_client
+from tff_personal.models import model_spec
 from tff_personal.nfl import detector as detector_lib
 from tff_personal.personal import process as process_lib
-from tff_personal.tasks import base
+from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 
@@ -130,7 +130,7 @@ def dp_noise_to_signal(server: ServerOptions, num_parameters: int) -> float:
 
 
 def build_process(
-    model: base.ModelSpec,
+    model: model_spec.ModelSpec,
     *,
     initial_shared_weights: ModelWeights,
     personal_type: tff.Type,
@@ -138,7 +138,7 @@ def build_process(
     assemble_fn: per_client.AssembleFn,
     initial_personal_state_fn: process_lib.InitialPersonalStateFn,
     server: ServerOptions,
-    evaluation_model: Optional[base.ModelSpec] = None,
+    evaluation_model: Optional[model_spec.ModelSpec] = None,
     client_takes_nfl_flag: bool = False,
 ) -> process_lib.PersonalizedProcess:
   """The `PersonalizedProcess` of the module docstring.

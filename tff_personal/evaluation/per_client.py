@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import client_training
+from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 AssembleFn = Callable[[ModelWeights, Any], ModelWeights]

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.tasks import base
+from tff_personal.models import model_spec
 
 ModelWeights = tff.learning.models.ModelWeights
 
@@ -48,7 +48,7 @@ class PersonalSplit:
   num_non_trainable: int
 
   @classmethod
-  def of(cls, model: base.ModelSpec, personal_blocks: int) -> 'PersonalSplit':
+  def of(cls, model: model_spec.ModelSpec, personal_blocks: int) -> 'PersonalSplit':
     """The split of `model` with its top `personal_blocks` blocks personal."""
     blocks = [tuple(block) for block in model.blocks]
     if not 0 <= personal_blocks <= len(blocks):
@@ -128,7 +128,7 @@ class PersonalSplit:
     )
 
 
-def with_linear_base(model: base.ModelSpec, personal_blocks: int) -> base.ModelSpec:
+def with_linear_base(model: model_spec.ModelSpec, personal_blocks: int) -> model_spec.ModelSpec:
   """FedPer's ablation: the base blocks replaced by a single linear layer.
 
   The paper's appendix asks whether the base layers learn anything: the

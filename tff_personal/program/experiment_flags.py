@@ -19,6 +19,7 @@ from tff_personal.algorithms import registry as algorithm_registry
 from tff_personal.attacks import roles as attack_roles
 from tff_personal.runtime import devices
 from tff_personal.runtime import log_levels
+from tff_personal.tasks import options as task_options_lib
 from tff_personal.tasks import registry as task_registry
 
 # What is trained.
@@ -353,16 +354,16 @@ DEVICE, WORKER_BINARY = devices.define_flags(
 
 # Data of the tasks.
 CACHE_DIR = flags.DEFINE_string(
-    'cache_dir', task_registry.DEFAULT_CACHE_DIR, "TFF's dataset cache (<cache_dir>/<name>.sqlite)."
+    'cache_dir', task_options_lib.DEFAULT_CACHE_DIR, "TFF's dataset cache (<cache_dir>/<name>.sqlite)."
 )
 DATA_DIR = flags.DEFINE_string(
-    'data_dir', task_registry.DEFAULT_FMNIST_DIR, 'Folder of idx files (fmnist, mnist).'
+    'data_dir', task_options_lib.DEFAULT_FMNIST_DIR, 'Folder of idx files (fmnist, mnist).'
 )
 FEMNIST_PATH = flags.DEFINE_string(
-    'femnist_path', task_registry.DEFAULT_FEMNIST_PATH, 'The FEMNIST sample (femnist105.npz).'
+    'femnist_path', task_options_lib.DEFAULT_FEMNIST_PATH, 'The FEMNIST sample (femnist105.npz).'
 )
 PARTITION = flags.DEFINE_enum(
-    'partition', 'k_classes', task_registry.PARTITIONS, 'Synthetic partition (fmnist, mnist).'
+    'partition', 'k_classes', task_options_lib.PARTITIONS, 'Synthetic partition (fmnist, mnist).'
 )
 NUM_CLIENTS = flags.DEFINE_integer(
     'num_clients', 10, 'Clients of a synthetic partition.', lower_bound=1
@@ -378,10 +379,10 @@ TEST_FRACTION = flags.DEFINE_float(
     lower_bound=0.0, upper_bound=1.0,
 )
 STACKOVERFLOW_TASK = flags.DEFINE_enum(
-    'stackoverflow_task', 'word', task_registry.STACKOVERFLOW_TASKS, 'StackOverflow task.'
+    'stackoverflow_task', 'word', task_options_lib.STACKOVERFLOW_TASKS, 'StackOverflow task.'
 )
 STACKOVERFLOW_VOCAB_SOURCE = flags.DEFINE_enum(
-    'stackoverflow_vocab_source', 'auto', task_registry.STACKOVERFLOW_VOCAB_SOURCES,
+    'stackoverflow_vocab_source', 'auto', task_options_lib.STACKOVERFLOW_VOCAB_SOURCES,
     "Vocabularies from TFF's count files, from the training clients, or auto.",
 )
 SEQUENCE_LENGTH = flags.DEFINE_integer(
@@ -450,8 +451,8 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
   return remaining
 
 
-def task_options() -> task_registry.TaskOptions:
-  return task_registry.TaskOptions(
+def task_options() -> task_options_lib.TaskOptions:
+  return task_options_lib.TaskOptions(
       seed=SEED.value,
       # Absolute: the datasets' graphs name the SQLite files, and TFF's
       # workers open them from their own working directories.

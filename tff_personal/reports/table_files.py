@@ -17,8 +17,8 @@ import csv
 import os
 from typing import Any, Mapping, Sequence
 
-from tff_personal.program import nfl_table
-from tff_personal.program import results_table
+from tff_personal.reports import nfl_table
+from tff_personal.reports import results_table
 
 MARKDOWN_FILE = 'table.md'
 CSV_FILE = 'table.csv'

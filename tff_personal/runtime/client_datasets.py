@@ -27,7 +27,7 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset` with tf.data's autotuning off.
 
   Every client pass iterates this: our client loops apply it
-  (`algorithms.client_training`, `evaluation.per_client`), and the tasks'
+  (`training.client_training`, `evaluation.per_client`), and the tasks'
   datasets carry it (`tasks.base.Task`) for TFF's own client work (Local,
   FedProx).
 

@@ -7,7 +7,7 @@ TensorFlow session it lists the machine's physical devices and logs them
 them it places every top-level op of a computation's graph that has a GPU
 kernel on a GPU (sessions round-robin over the GPUs), iterators excepted;
 ops in a function that a tf.data op calls stay on the CPU, which is why our
-clients loop over their batches (`algorithms.client_training.reduce_batches`).
+clients loop over their batches (`training.client_training.reduce_batches`).
 
 The `worker_binary` in TFF 0.87's pip wheel is built without CUDA: it holds
 none of TensorFlow's GPU device code (no `GPUDeviceFactory`, no CUDA stream

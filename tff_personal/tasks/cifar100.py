@@ -19,10 +19,11 @@ import os
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_personal.models import model_spec
 from tff_personal.models import resnet
 from tff_personal.tasks import base
 from tff_personal.tasks import emnist
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 
 CIFAR100_FILENAME = 'cifar100.sqlite'
 CIFAR100_URL = 'https://storage.googleapis.com/tff-datasets-public/cifar100.sqlite.lzma'
@@ -87,7 +88,7 @@ cifar100_preprocess_train, cifar100_preprocess_eval = base.example_preprocessing
 )
 
 
-def resnet_spec() -> base.ModelSpec:
+def resnet_spec() -> model_spec.ModelSpec:
   return emnist.classifier_spec(
       build=lambda: resnet.build_resnet(CIFAR100_NUM_CLASSES, CIFAR100_SHAPE),
       blocks=resnet.resnet_blocks(),
@@ -95,7 +96,7 @@ def resnet_spec() -> base.ModelSpec:
   )
 
 
-def build_cifar100_task(options: registry.TaskOptions) -> base.Task:
+def build_cifar100_task(options: task_options.TaskOptions) -> base.Task:
   """Federated CIFAR-100 from TFF's cached `cifar100.sqlite`.
 
   Raises:

@@ -22,8 +22,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.models import cnn
+from tff_personal.models import model_spec
 from tff_personal.tasks import base
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 
 EMNIST_FILENAME = 'emnist_all.sqlite'
 EMNIST_URL = 'https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma'
@@ -51,9 +52,9 @@ def classifier_spec(
     build: Callable[[], tf.keras.Model],
     blocks: Sequence[Sequence[str]],
     input_shape: Sequence[int],
-) -> base.ModelSpec:
+) -> model_spec.ModelSpec:
   """A `ModelSpec` for a logits classifier of images with int32 labels."""
-  return base.ModelSpec(
+  return model_spec.ModelSpec(
       build=build,
       blocks=tuple(tuple(block) for block in blocks),
       loss=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -70,7 +71,7 @@ def cnn_spec(
     input_shape: Sequence[int] = EMNIST_SHAPE,
     conv_filters: Sequence[int] = (32, 64),
     dense_units: int = 512,
-) -> base.ModelSpec:
+) -> model_spec.ModelSpec:
   """The FedAvg CNN as a `ModelSpec` (defaults: the EMNIST-62 model)."""
   return classifier_spec(
       build=lambda: cnn.build_cnn(num_classes, input_shape, conv_filters, dense_units),
@@ -107,7 +108,7 @@ def emnist_task_from_cache_dir(name: str, cache_dir: str) -> base.Task:
   )
 
 
-def build_emnist_task(options: registry.TaskOptions) -> base.Task:
+def build_emnist_task(options: task_options.TaskOptions) -> base.Task:
   """Federated EMNIST-62 from TFF's cached `emnist_all.sqlite`.
 
   Raises:

@@ -24,7 +24,7 @@ import numpy as np
 
 from tff_personal.tasks import base
 from tff_personal.tasks import emnist
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import sqlite_format
 
 FORMAT_VERSION = 1
@@ -95,7 +95,7 @@ def prepare_femnist_sqlite(npz_path: str, cache_dir: str) -> str:
   return folder
 
 
-def build_femnist_task(options: registry.TaskOptions) -> base.Task:
+def build_femnist_task(options: task_options.TaskOptions) -> base.Task:
   """The FEMNIST sample as a task; see the module docstring.
 
   Raises:

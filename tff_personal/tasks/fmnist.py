@@ -25,11 +25,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_personal.models import model_spec
 from tff_personal.tasks import base
 from tff_personal.tasks import emnist
 from tff_personal.tasks import idx
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import partitions
-from tff_personal.tasks import registry
 
 IDX_FILES = (
     'train-images-idx3-ubyte',
@@ -73,7 +74,7 @@ def load_idx_dataset(data_dir: str, task: str, hint: str) -> tuple[np.ndarray, n
 
 
 def partition_clients(
-    labels: np.ndarray, options: registry.TaskOptions
+    labels: np.ndarray, options: task_options.TaskOptions
 ) -> list[np.ndarray]:
   """Client index arrays for `options.partition` (seeded by `options.seed`)."""
   if options.partition == 'k_classes':
@@ -154,12 +155,12 @@ def element_to_xy(element):
 preprocess_train, preprocess_eval = base.example_preprocessing(element_to_xy)
 
 
-def model_spec() -> base.ModelSpec:
+def build_model_spec() -> model_spec.ModelSpec:
   return emnist.cnn_spec(NUM_CLASSES, IMAGE_SHAPE, CNN_CONV_FILTERS, CNN_DENSE_UNITS)
 
 
 def task_from_arrays(
-    name: str, images: np.ndarray, labels: np.ndarray, options: registry.TaskOptions
+    name: str, images: np.ndarray, labels: np.ndarray, options: task_options.TaskOptions
 ) -> base.Task:
   """Partitions pooled arrays among clients, each with its own test split."""
   parts = partition_clients(labels, options)
@@ -180,7 +181,7 @@ def task_from_arrays(
       name=name,
       train_data=in_memory_client_data(images, labels, client_ids, train_indices),
       test_data=in_memory_client_data(images, labels, client_ids, test_indices),
-      model=model_spec(),
+      model=build_model_spec(),
       preprocess_train=preprocess_train,
       preprocess_eval=preprocess_eval,
       default_personal_blocks=1,
@@ -188,7 +189,7 @@ def task_from_arrays(
   )
 
 
-def build_fmnist_task(options: registry.TaskOptions) -> base.Task:
+def build_fmnist_task(options: task_options.TaskOptions) -> base.Task:
   """Fashion-MNIST from `options.data_dir`; see the module docstring.
 
   Raises:
@@ -197,12 +198,12 @@ def build_fmnist_task(options: registry.TaskOptions) -> base.Task:
   images, labels = load_idx_dataset(
       options.data_dir, 'fmnist',
       'on Debian: apt-get install dataset-fashion-mnist, which installs them in'
-      f' {registry.DEFAULT_FMNIST_DIR}',
+      f' {task_options.DEFAULT_FMNIST_DIR}',
   )
   return task_from_arrays('fmnist', images, labels, options)
 
 
-def build_mnist_task(options: registry.TaskOptions) -> base.Task:
+def build_mnist_task(options: task_options.TaskOptions) -> base.Task:
   """MNIST from the idx files the user puts in `options.data_dir`.
 
   MNIST's files have the same names as Fashion-MNIST's, so the default
@@ -214,7 +215,7 @@ def build_mnist_task(options: registry.TaskOptions) -> base.Task:
   """
   hint = 'download the four MNIST idx files from http://yann.lecun.com/exdb/mnist/'
   data_dir = os.path.expanduser(options.data_dir)
-  if os.path.realpath(data_dir) == os.path.realpath(registry.DEFAULT_FMNIST_DIR):
+  if os.path.realpath(data_dir) == os.path.realpath(task_options.DEFAULT_FMNIST_DIR):
     raise base.DataUnavailableError(
         f'Task mnist needs the MNIST idx files ({", ".join(IDX_FILES)}, .gz or'
         f' plain); {data_dir} holds Fashion-MNIST. Point --data_dir at a folder'

@@ -56,9 +56,10 @@ from absl import logging
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_personal.models import model_spec
 from tff_personal.models import rnn
 from tff_personal.tasks import base
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 from tff_personal.tasks import sqlite_format
 
 _BASELINE = tff.simulation.baselines.shakespeare
@@ -287,10 +288,10 @@ def create_preprocess_fns(sequence_length: int = DEFAULT_SEQUENCE_LENGTH):
 
 def build_shakespeare_model_spec(
     sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
-) -> base.ModelSpec:
+) -> model_spec.ModelSpec:
   """The char RNN, its blocks, TFF's loss and a pad-masked accuracy."""
   spec = tf.TensorSpec([None, sequence_length], tf.int64)
-  return base.ModelSpec(
+  return model_spec.ModelSpec(
       build=lambda: rnn.build_char_rnn(VOCAB_SIZE),
       blocks=rnn.char_rnn_blocks(),
       loss=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -301,8 +302,8 @@ def build_shakespeare_model_spec(
   )
 
 
-def build_shakespeare_task(options: registry.TaskOptions) -> base.Task:
-  """The Shakespeare task from `registry.TaskOptions`.
+def build_shakespeare_task(options: task_options.TaskOptions) -> base.Task:
+  """The Shakespeare task from `task_options.TaskOptions`.
 
   Uses `options.cache_dir`, `options.test_fraction` and
   `options.sequence_length` (0: TFF's 80). Raises `base.DataUnavailableError`

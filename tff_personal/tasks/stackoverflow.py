@@ -55,9 +55,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_personal.models import linear
+from tff_personal.models import model_spec
 from tff_personal.models import rnn
 from tff_personal.tasks import base
-from tff_personal.tasks import registry
+from tff_personal.tasks import options as task_options
 
 _BASELINE = tff.simulation.baselines.stackoverflow
 _WORD_PREPROCESSING = _BASELINE.word_prediction_preprocessing
@@ -329,14 +330,14 @@ def create_tag_preprocess_fns(word_vocab: Sequence[str], tag_vocab: Sequence[str
 
 def build_word_model_spec(
     vocab_size: int, sequence_length: int = DEFAULT_SEQUENCE_LENGTH
-) -> base.ModelSpec:
+) -> model_spec.ModelSpec:
   """The word LSTM over `vocab_size` words + 4 special tokens, TFF's metrics."""
   special = _WORD_PREPROCESSING.get_special_tokens(vocab_size)
   pad, oov, eos = special.padding, special.out_of_vocab, special.end_of_sentence
   extended_vocab_size = vocab_size + special.get_number_of_special_tokens()
   spec = tf.TensorSpec([None, sequence_length], tf.int64)
   masked_accuracy = _KERAS_METRICS.MaskedCategoricalAccuracy
-  return base.ModelSpec(
+  return model_spec.ModelSpec(
       build=lambda: rnn.build_word_lstm(extended_vocab_size),
       blocks=[list(b) for b in rnn.WORD_LSTM_BLOCKS],
       loss=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -354,9 +355,9 @@ def build_word_model_spec(
   )
 
 
-def build_tag_model_spec(word_vocab_size: int, tag_vocab_size: int) -> base.ModelSpec:
+def build_tag_model_spec(word_vocab_size: int, tag_vocab_size: int) -> model_spec.ModelSpec:
   """Logistic regression from bags of words to tags, recall@5 first."""
-  return base.ModelSpec(
+  return model_spec.ModelSpec(
       build=lambda: linear.build_logistic_regression(word_vocab_size, tag_vocab_size),
       blocks=[list(b) for b in linear.LOGISTIC_REGRESSION_BLOCKS],
       loss=tf.keras.losses.BinaryCrossentropy,
@@ -372,12 +373,12 @@ def build_tag_model_spec(word_vocab_size: int, tag_vocab_size: int) -> base.Mode
 
 
 def build_stackoverflow_task(
-    options: registry.TaskOptions,
+    options: task_options.TaskOptions,
     *,
     word_vocab_size: int = WORD_VOCAB_SIZE,
     tag_vocab_size: int = TAG_VOCAB_SIZE,
 ) -> base.Task:
-  """The `word` or `tag` task from `registry.TaskOptions`.
+  """The `word` or `tag` task from `task_options.TaskOptions`.
 
   Uses `options.cache_dir`, `options.stackoverflow_task`,
   `options.stackoverflow_vocab_source` and `options.sequence_length`

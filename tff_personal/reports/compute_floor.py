@@ -11,7 +11,7 @@ not change the FEMNIST floor, 2.9-3.0 s either way; the same floor measured
 1.3-2.9 s at different times of one hour on this shared 2-core machine, so
 compare only times measured in one run.)
 
-  python -m tff_personal.program.compute_floor DIR --mode=parallel --intra_op_threads=1
+  python -m tff_personal.reports.compute_floor DIR --mode=parallel --intra_op_threads=1
 
 DIR (written by `write_round`): `model.json` (Keras architecture),
 `weights.npz` (the global weights), `round.json` (loss, learning rate,

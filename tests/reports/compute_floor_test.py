@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from tests import test_utils
-from tff_personal.program import compute_floor
+from tff_personal.reports import compute_floor
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,7 +30,7 @@ def test_floor_counts_the_round_steps_without_loading_tff(tmp_path):
   checksums = []
   for mode, threads in (('sequential', 0), ('parallel', 1), ('threads', 1)):
     run = subprocess.run(
-        [sys.executable, '-m', 'tff_personal.program.compute_floor', str(tmp_path),
+        [sys.executable, '-m', 'tff_personal.reports.compute_floor', str(tmp_path),
          f'--mode={mode}', f'--intra_op_threads={threads}'],
         capture_output=True, text=True, timeout=300, check=True,
         env=dict(os.environ, PYTHONPATH=_REPO_ROOT),
@@ -45,7 +45,7 @@ def test_floor_counts_the_round_steps_without_loading_tff(tmp_path):
   assert abs(checksums[0] - initial) > 1e-3  # The rounds changed the weights.
   # --serve: a round per line of stdin, timed; the same rounds, the same weights.
   run = subprocess.run(
-      [sys.executable, '-m', 'tff_personal.program.compute_floor', str(tmp_path), '--serve'],
+      [sys.executable, '-m', 'tff_personal.reports.compute_floor', str(tmp_path), '--serve'],
       input='round\n', capture_output=True, text=True, timeout=300, check=True,
       env=dict(os.environ, PYTHONPATH=_REPO_ROOT),
   )

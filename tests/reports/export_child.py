@@ -47,7 +47,7 @@ def run_rounds(computations, train_data, test_data, initial_personal_states, rou
 
 
 def main(export_dir, inputs_path, outputs_path):
-  from tff_personal.program import export  # pylint: disable=g-import-not-at-top
+  from tff_personal.reports import export  # pylint: disable=g-import-not-at-top
   from tff_personal.runtime import context  # pylint: disable=g-import-not-at-top
   from tests import test_utils  # pylint: disable=g-import-not-at-top
 

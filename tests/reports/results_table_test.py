@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tff_personal.program import results_table
+from tff_personal.reports import results_table
 
 
 def summary(mean, std=0.1, worst=0.05, before=None):

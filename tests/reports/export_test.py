@@ -10,9 +10,9 @@ import pytest
 import tensorflow_federated as tff
 
 from tests import test_utils
-from tests.program import export_child
+from tests.reports import export_child
 from tff_personal.algorithms import registry as algorithm_registry
-from tff_personal.program import export
+from tff_personal.reports import export
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _DATASETS = dict(num_clients=3, hidden=3, seed=1)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tff_personal.program import nfl_table
+from tff_personal.reports import nfl_table
 
 ACC = 'sparse_categorical_accuracy'
 
