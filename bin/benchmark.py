@@ -79,6 +79,7 @@ log_levels.quiet_native_logs(sys.argv)  # Before TensorFlow's import; --verbosit
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
+import device_flags  # pylint: disable=g-import-not-at-top  # bin/device_flags.py
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -117,7 +118,9 @@ MAX_CONCURRENT_CALLS = flags.DEFINE_integer(
     'max_concurrent_calls', -1,
     "TFF worker's limit on TensorFlow computations running at once (-1: none).",
 )
-DEVICE, WORKER_BINARY = devices.define_flags(' The floor runs on the same kind of device.')
+DEVICE, WORKER_BINARY = device_flags.define_device_flags(
+    ' The floor runs on the same kind of device.'
+)
 STORED_CLIENTS = flags.DEFINE_list(
     'stored_clients', ['100', '100000'],
     'Populations of stored personal states (the first timed algorithm with'
@@ -349,7 +352,7 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
   the program does), and of that round's store calls."""
   process = algorithm_registry.build_algorithm(
       name, task,
-      algorithm_registry.AlgorithmOptions(
+      setup=algorithm_registry.Setup(
           client_learning_rate=learning_rate, clients_per_round=len(clients), seed=SEED.value
       ),
   )

@@ -28,7 +28,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 # TensorFlow must be imported before app.run (see bin/train.py).
 import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 
-from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
+import experiment_flags as ef  # pylint: disable=g-import-not-at-top  # bin/experiment_flags.py
 
 DEMO_ALGORITHMS = flags.DEFINE_list(
     'demo_algorithms', ['fedavg', 'fedper', 'ditto', 'local'],

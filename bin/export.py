@@ -26,7 +26,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 from absl import flags  # pylint: disable=g-import-not-at-top
 
-from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
+import experiment_flags as ef  # pylint: disable=g-import-not-at-top  # bin/experiment_flags.py
 
 EXPORT_DIR = flags.DEFINE_string(
     'export_dir', None, 'Output folder; default <root_output_dir>/export/<task>_<algorithm>.'
@@ -48,10 +48,14 @@ def main(argv):
     )
     task = ef.build_task(check_sampling=False)
     context.install_local_context()
+    algorithm = ef.build_algorithm(task)
     manifest = export.export_process(
-        ef.build_algorithm(task),
+        algorithm.process,
         directory,
-        description={'algorithm': ef.ALGORITHM.value, 'task': ef.TASK.value, **ef.run_config()},
+        description={
+            'algorithm': ef.ALGORITHM.value, 'task': ef.TASK.value,
+            **ef.run_config(algorithm.dp),
+        },
     )
   for name, entry in manifest['computations'].items():
     print(f'{name}: {entry["type_signature"]}')

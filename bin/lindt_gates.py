@@ -7,7 +7,7 @@ personal states (each client's L and, with --lindt_learn_gates, its gate
 offsets; with --lindt_own_global, the G the client predicts with), and
 prints per attaching module, over the clients that have trained their L and
 their first --gate_examples test examples: the mean gate sigmoid(score (+ b))
-and ||G^m|| / ||L^m|| (`lindt.DualModel.intertwinement`; with
+and ||G^m|| / ||L^m|| (`models.dual.DualModel.intertwinement`; with
 --lindt_match_scale, G's norm before it is rescaled to L's), the mean and the
 range over clients.
 Takes the run's flags (its flags.txt); exit code 2 with one line on bad input.
@@ -26,10 +26,10 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-from tff_personal.algorithms import lindt  # pylint: disable=g-import-not-at-top
+from tff_personal.models import dual  # pylint: disable=g-import-not-at-top
 from tff_personal.personal import store as store_lib  # pylint: disable=g-import-not-at-top
 from tff_personal.program import checkpoints as checkpoints_lib  # pylint: disable=g-import-not-at-top
-from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
+import experiment_flags as ef  # pylint: disable=g-import-not-at-top  # bin/experiment_flags.py
 
 GATE_EXAMPLES = flags.DEFINE_integer(
     'gate_examples', 200, "Test examples per client (the first ones).", lower_bound=1
@@ -70,10 +70,11 @@ def main(argv):
     experiment = ef.experiment_dir()
     task = ef.build_task(check_sampling=False)
     ef.install_context()
-    weights, states = _load(task, ef.build_algorithm(task), experiment)
-  models = lindt.DualModel(task.model, lindt.Intertwining(
-      attach_logits=ef.LINDT_ATTACH_LOGITS.value, learn_gates=ef.LINDT_LEARN_GATES.value,
-      match_scale=ef.LINDT_MATCH_SCALE.value, detach_global=ef.LINDT_DETACH_GLOBAL.value,
+    weights, states = _load(task, ef.build_algorithm(task).process, experiment)
+  hparams = ef.hparams()
+  models = dual.DualModel(task.model, dual.Intertwining(
+      attach_logits=hparams.attach_logits, learn_gates=hparams.learn_gates,
+      match_scale=hparams.match_scale, detach_global=hparams.detach_global,
   ))
   per_client = []
   for client_id, state in states:

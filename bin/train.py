@@ -26,7 +26,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 # models with Flatten fail to build.
 import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
 
-from tff_personal.program import experiment_flags as ef  # pylint: disable=g-import-not-at-top
+import experiment_flags as ef  # pylint: disable=g-import-not-at-top  # bin/experiment_flags.py
 
 
 def main(argv):

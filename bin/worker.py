@@ -29,6 +29,7 @@ log_levels.quiet_native_logs(sys.argv)  # Before TensorFlow's import; --verbosit
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
+import device_flags  # pylint: disable=g-import-not-at-top  # bin/device_flags.py
 
 from tff_personal.runtime import devices  # pylint: disable=g-import-not-at-top
 
@@ -38,7 +39,7 @@ MAX_CONCURRENT_CALLS = flags.DEFINE_integer(
     'Most parallel calls of one computation (clients trained at once); nonpositive: no limit.',
 )
 
-DEVICE, WORKER_BINARY = devices.define_flags()
+DEVICE, WORKER_BINARY = device_flags.define_device_flags()
 
 
 def _port_free(port: int) -> bool:

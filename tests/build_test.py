@@ -26,7 +26,7 @@ def test_bazel_query_lists_every_module_binary_and_test(tmp_path):
   kinds = dict(reversed(line.rsplit(' ', 1)) for line in result.stdout.splitlines())
   expected = {}
   for path in update_build.python_files():
-    if path.startswith('bin/'):
+    if path.startswith('bin/') and update_build.is_program(path):
       kind = 'py_binary rule'
     elif path.endswith('_test.py'):
       kind = 'py_test rule'
@@ -36,4 +36,5 @@ def test_bazel_query_lists_every_module_binary_and_test(tmp_path):
   expected['//configs:configs'] = 'filegroup rule'
   assert kinds == expected
   assert kinds['//bin:train'] == 'py_binary rule'
+  assert kinds['//bin:experiment_flags'] == 'py_library rule'
   assert kinds['//tests/program:training_loop_test'] == 'py_test rule'

@@ -5,8 +5,8 @@ import os
 
 from absl.testing import flagsaver
 import pytest
+import experiment_flags as ef  # bin/experiment_flags.py (pytest.ini puts bin/ on the path)
 
-from tff_personal.program import experiment_flags as ef
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.flags')))

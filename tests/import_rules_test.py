@@ -16,8 +16,11 @@ PACKAGE = 'tff_personal'
 # From the bottom up; a part imports only parts of lower layers.
 LAYERS = (
     ('runtime', 'privacy'),  # TFF's execution context, DP accounting
-    ('models', 'training', 'attacks', 'nfl', 'aggregators'),  # models and TF maths
-    ('tasks', 'evaluation', 'personal'),  # data, per-client evaluation, the process template
+    ('training',),  # client SGD in TensorFlow
+    ('models', 'attacks', 'aggregators'),  # models and TF maths
+    ('tasks', 'evaluation'),  # data, per-client evaluation
+    ('personal',),  # the process template, its composer, the state store
+    ('nfl',),  # the NFL detector, an extension of any composed process
     ('algorithms',),
     ('program',),  # the training program
     ('reports',),  # tables, figures, export: read what the program wrote
@@ -109,3 +112,25 @@ def test_model_spec_lives_with_the_models():
   assert not any(
       t.startswith(f'{PACKAGE}.tasks') for m, t in IMPORTS if _part(m) == 'models'
   )
+
+
+def test_flags_are_defined_only_under_bin():
+  """The library takes plain values; absl flags live in bin/ (experiment_flags)."""
+  assert not sorted(m for m, t in IMPORTS if t == 'absl.flags')
+
+
+# TFF's execution context is one per process; this module is its one owner.
+PROCESS_STATE_OWNERS = ('context.py',)
+
+
+def test_no_library_function_rebinds_module_state():
+  """No `global` statement (but in the execution context's owner): nothing in
+  the library depends on which function ran first."""
+  found = []
+  for directory, _, files in os.walk(os.path.join(REPO_ROOT, PACKAGE)):
+    for name in files:
+      if name.endswith('.py') and name not in PROCESS_STATE_OWNERS:
+        with open(os.path.join(directory, name)) as f:
+          tree = ast.parse(f.read())
+        found += [f'{name}:{n.lineno}' for n in ast.walk(tree) if isinstance(n, ast.Global)]
+  assert not found

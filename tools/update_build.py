@@ -63,7 +63,15 @@ def imported_modules(path, known_modules):
     for name in names:
       if name in known_modules:
         found.add(name)
+      elif f'bin.{name}' in known_modules:  # bin/'s own modules, imported by bare name.
+        found.add(f'bin.{name}')
   return found
+
+
+def is_program(path):
+  """Whether a file of bin/ is a program (a library of bin/ is not)."""
+  with open(os.path.join(ROOT, path)) as f:
+    return "if __name__ == '__main__':" in f.read()
 
 
 def target(path, modules):
@@ -74,7 +82,7 @@ def target(path, modules):
       for m in imported_modules(path, modules)
       if modules[m] != path
   )
-  if folder == 'bin':
+  if folder == 'bin' and is_program(path):
     rule, extra = 'py_binary', []
   elif name.endswith('_test'):
     rule, extra = 'py_test', ['size = "medium"']

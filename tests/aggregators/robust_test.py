@@ -11,7 +11,7 @@ from tests import test_utils
 from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches
 from tff_personal.aggregators import robust
-from tff_personal.algorithms import shared_model
+from tff_personal.algorithms import common
 
 MAX_CLIENTS = 6
 SCALAR = tff.TensorType(np.float32)
@@ -296,10 +296,12 @@ def test_fedper_with_the_median_aggregator():
   from tff_personal.algorithms import fedper  # pylint: disable=g-import-not-at-top
 
   learning_rate = 0.1
-  process = fedper.build_fedper(
-      test_utils.tiny_model_spec(hidden=3), personal_blocks=1, client_learning_rate=learning_rate,
-      server=shared_model.ServerOptions(
-          seed=4, model_aggregator=robust.build_aggregator('median', clients_per_round=3)
+  process = fedper.build(
+      test_utils.tiny_model_spec(hidden=3), fedper.Hparams(personal_layers=1),
+      common.Common(
+          client_learning_rate=learning_rate,
+          seed=4,
+          model_aggregator=robust.build_aggregator('median', clients_per_round=3),
       ),
   )
   state = process.initialize()

@@ -8,7 +8,7 @@ from tests import test_utils
 from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import apfl
-from tff_personal.algorithms import shared_model
+from tff_personal.algorithms import common
 
 LEARNING_RATE = 0.1
 MODEL = test_utils.tiny_model_spec()  # Linear softmax: [kernel 2x2, bias 2].
@@ -16,9 +16,9 @@ ModelWeights = tff.learning.models.ModelWeights
 
 
 def build(adaptive_alpha=True, alpha=0.4):
-  return apfl.build_apfl(
-      MODEL, client_learning_rate=LEARNING_RATE, alpha=alpha, adaptive_alpha=adaptive_alpha,
-      alpha_learning_rate=0.5, server=shared_model.ServerOptions(seed=8),
+  return apfl.build(
+      MODEL, apfl.Hparams(alpha=alpha, adaptive_alpha=adaptive_alpha, alpha_learning_rate=0.5),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
   )
 
 

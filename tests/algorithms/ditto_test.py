@@ -8,9 +8,9 @@ import tensorflow_federated as tff
 from tests import test_utils
 from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
+from tff_personal.algorithms import common
 from tff_personal.algorithms import ditto
 from tff_personal.algorithms import fedavg
-from tff_personal.algorithms import shared_model
 from tff_personal.personal import process as process_lib
 
 LEARNING_RATE = 0.1
@@ -19,10 +19,13 @@ ModelWeights = tff.learning.models.ModelWeights
 
 
 def build(ditto_lambda, personal_steps=1, personal_learning_rate=0.05):
-  return ditto.build_ditto(
-      MODEL, ditto_lambda=ditto_lambda, client_learning_rate=LEARNING_RATE,
-      personal_learning_rate=personal_learning_rate, personal_steps=personal_steps,
-      server=shared_model.ServerOptions(seed=8),
+  return ditto.build(
+      MODEL,
+      ditto.Hparams(
+          lambda_=ditto_lambda, personal_learning_rate=personal_learning_rate,
+          personal_steps=personal_steps,
+      ),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
   )
 
 
@@ -90,8 +93,9 @@ def test_large_lambda_holds_the_personal_model_at_the_global_model():
 
 def test_global_model_is_fedavgs():
   data = [batches_dataset(client_batches(i, [3, 2])) for i in range(3)]
-  fedavg_process = fedavg.build_fedavg(
-      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=8),
+  fedavg_process = fedavg.build(
+      MODEL, fedavg.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
   )
   ditto_process = build(0.5)
   fedavg_state = run_next(fedavg_process,
@@ -136,9 +140,12 @@ GRID = (0.0, 0.5, 5.0)
 
 @pytest.fixture(scope='module')
 def grid_process():
-  return ditto.build_ditto(
-      MODEL, ditto_lambda=0.1, client_learning_rate=LEARNING_RATE, personal_learning_rate=0.3,
-      personal_passes=1, lambda_grid=GRID, server=shared_model.ServerOptions(seed=8),
+  return ditto.build(
+      MODEL,
+      ditto.Hparams(
+          lambda_=0.1, personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID
+      ),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
   )
 
 
@@ -205,5 +212,8 @@ def test_grid_evaluates_the_personal_model(grid_process):
 
 
 def test_negative_grid_value_is_refused():
-  with pytest.raises(ValueError, match='lambda grid must hold values >= 0'):
-    ditto.build_ditto(MODEL, ditto_lambda=0.1, client_learning_rate=0.1, lambda_grid=(0.1, -1))
+  with pytest.raises(ValueError, match='--ditto_lambda_grid must hold values >= 0'):
+    ditto.build(
+      MODEL, ditto.Hparams(lambda_=0.1, lambda_grid=(0.1, -1)),
+      common.Common(client_learning_rate=0.1),
+  )

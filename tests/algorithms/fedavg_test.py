@@ -7,8 +7,8 @@ import tensorflow_federated as tff
 
 from tests import test_utils
 from tests.algorithms import numpy_reference
+from tff_personal.algorithms import common
 from tff_personal.algorithms import fedavg
-from tff_personal.algorithms import shared_model
 from tff_personal.personal import process as process_lib
 
 LEARNING_RATE = 0.1
@@ -40,9 +40,9 @@ def client_batches(seed, sizes):
 
 @pytest.fixture(scope='module')
 def process():
-  return fedavg.build_fedavg(
-      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE,
-      server=shared_model.ServerOptions(seed=11),
+  return fedavg.build(
+      test_utils.tiny_model_spec(), fedavg.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=11),
   )
 
 
@@ -62,9 +62,9 @@ def test_initialize_uses_the_seeded_weights(process):
   weights = process.get_model_weights(process.initialize())
   for e, a in zip(tf.nest.flatten(expected), tf.nest.flatten(weights)):
     np.testing.assert_array_equal(e, a)
-  other = fedavg.build_fedavg(
-      test_utils.tiny_model_spec(), client_learning_rate=0.1,
-      server=shared_model.ServerOptions(seed=12),
+  other = fedavg.build(
+      test_utils.tiny_model_spec(), fedavg.Hparams(),
+      common.Common(client_learning_rate=0.1, seed=12),
   )
   assert not np.array_equal(
       weights.trainable[0], other.get_model_weights(other.initialize()).trainable[0]
@@ -133,9 +133,9 @@ def test_equals_tffs_build_weighted_fed_avg_for_three_rounds(process):
 
 
 def test_model_replacement_client_sends_its_boosted_update():
-  process = fedavg.build_fedavg(
-      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE,
-      server=shared_model.ServerOptions(seed=11, attack_boost=5.0),
+  process = fedavg.build(
+      test_utils.tiny_model_spec(), fedavg.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=11, attack_boost=5.0),
   )
   state = process.initialize()
   kernel, bias = process.get_model_weights(state).trainable

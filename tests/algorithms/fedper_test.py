@@ -8,9 +8,9 @@ import tensorflow_federated as tff
 from tests import test_utils
 from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
+from tff_personal.algorithms import common
 from tff_personal.algorithms import fedavg
 from tff_personal.algorithms import fedper
-from tff_personal.algorithms import shared_model
 from tff_personal.personal import process as process_lib
 
 LEARNING_RATE = 0.1
@@ -20,9 +20,9 @@ ModelWeights = tff.learning.models.ModelWeights
 
 @pytest.fixture(scope='module')
 def process():
-  return fedper.build_fedper(
-      MODEL, personal_blocks=1, client_learning_rate=LEARNING_RATE,
-      server=shared_model.ServerOptions(seed=4),
+  return fedper.build(
+      MODEL, fedper.Hparams(personal_layers=1),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=4),
   )
 
 
@@ -78,9 +78,9 @@ def test_canary_personal_weights_never_reach_the_server(process):
 
 @pytest.mark.parametrize('finetune_passes', [0, 1])
 def test_one_round_exact_numbers(finetune_passes):
-  process = fedper.build_fedper(
-      MODEL, personal_blocks=1, client_learning_rate=LEARNING_RATE, finetune_passes=finetune_passes,
-      server=shared_model.ServerOptions(seed=4),
+  process = fedper.build(
+      MODEL, fedper.Hparams(personal_layers=1, finetune_epochs=finetune_passes),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=4),
   )
   state = process.initialize()
   w1, b1 = process.get_model_weights(state).trainable
@@ -129,12 +129,13 @@ def test_new_clients_get_seeded_fresh_personal_layers(process):
 
 
 def test_with_no_personal_layers_fedper_is_fedavg_for_three_rounds():
-  fedper_process = fedper.build_fedper(
-      MODEL, personal_blocks=0, client_learning_rate=LEARNING_RATE,
-      server=shared_model.ServerOptions(seed=6),
+  fedper_process = fedper.build(
+      MODEL, fedper.Hparams(personal_layers=0),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=6),
   )
-  fedavg_process = fedavg.build_fedavg(
-      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+  fedavg_process = fedavg.build(
+      MODEL, fedavg.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=6),
   )
   assert not fedper_process.has_personal_state
   fedper_state, fedavg_state = fedper_process.initialize(), fedavg_process.initialize()
@@ -166,11 +167,14 @@ def test_dp_noise_reaches_the_base_only():
   from tff_personal.aggregators import dp  # pylint: disable=g-import-not-at-top
 
   def one_round(noise_multiplier):
-    process = fedper.build_fedper(
-        MODEL, personal_blocks=1, client_learning_rate=LEARNING_RATE,
-        server=shared_model.ServerOptions(seed=3, model_aggregator=dp.build_dp_aggregator(
-            noise_multiplier=noise_multiplier, clients_per_round=2, clip_norm=0.5
-        )),
+    process = fedper.build(
+        MODEL, fedper.Hparams(personal_layers=1),
+        common.Common(
+            client_learning_rate=LEARNING_RATE, seed=3,
+            model_aggregator=dp.build_dp_aggregator(
+                noise_multiplier=noise_multiplier, clients_per_round=2, clip_norm=0.5
+            ),
+        ),
     )
     state = process.initialize()
     data = [batches_dataset(client_batches(i, [4, 3])) for i in (1, 2)]

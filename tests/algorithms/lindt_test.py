@@ -11,8 +11,9 @@ import tensorflow_federated as tff
 from tests import test_utils
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.aggregators import dp
+from tff_personal.algorithms import common
 from tff_personal.algorithms import lindt
-from tff_personal.algorithms import shared_model
+from tff_personal.models import dual
 from tff_personal.nfl import detector
 from tff_personal.tasks import cifar100
 
@@ -28,20 +29,20 @@ def sigmoid(z):
 def test_attaching_module_numbers():
   g = np.array([[1.0, 2.0], [0.0, 1.0]], np.float32)
   l = np.array([[2.0, 0.0], [1.0, 1.0]], np.float32)
-  h = lindt.AttachingModule()([tf.constant(g), tf.constant(l)]).numpy()
+  h = dual.AttachingModule()([tf.constant(g), tf.constant(l)]).numpy()
   score = np.array([2.0 / (2.0 * np.sqrt(2)), 1.0 / (np.sqrt(2) * np.sqrt(2))])
   np.testing.assert_allclose(h, l + sigmoid(score)[:, None] * g, rtol=1e-6)
-  learned = lindt.AttachingModule(learn_offset=True)
+  learned = dual.AttachingModule(learn_offset=True)
   assert learned([tf.constant(g), tf.constant(l)]).numpy() == pytest.approx(h)  # b starts at 0.
   learned.offset.assign(-1.5)
   h = learned([tf.constant(g), tf.constant(l)]).numpy()
   np.testing.assert_allclose(h, l + sigmoid(score - 1.5)[:, None] * g, rtol=1e-6)
-  assert lindt.AttachingModule().weights == []
+  assert dual.AttachingModule().weights == []
   # G rescaled to L's norm: rows ||l|| / ||g|| = 2 / sqrt(5) and sqrt(2) / 1.
-  h = lindt.AttachingModule(match_scale=True)([tf.constant(g), tf.constant(l)]).numpy()
+  h = dual.AttachingModule(match_scale=True)([tf.constant(g), tf.constant(l)]).numpy()
   scale = np.array([2.0 / np.sqrt(5.0), np.sqrt(2.0)])
   np.testing.assert_allclose(h, l + (sigmoid(score) * scale)[:, None] * g, rtol=1e-6)
-  assert lindt.AttachingModule(match_scale=True).weights == []
+  assert dual.AttachingModule(match_scale=True).weights == []
 
 
 def test_matched_scale_bounds_what_a_huge_global_representation_adds():
@@ -50,7 +51,7 @@ def test_matched_scale_bounds_what_a_huge_global_representation_adds():
     g = tf.constant([[0.0, 1.0]]) * factor
     with tf.GradientTape() as tape:
       tape.watch(g)
-      h = lindt.AttachingModule(match_scale=True)([g, l])
+      h = dual.AttachingModule(match_scale=True)([g, l])
     # ||h - l|| = gate * ||l|| <= 5, and the gradient into G shrinks as 1 / ||G||.
     assert 0.0 < np.linalg.norm(h.numpy() - l.numpy()) <= 5.0
     assert np.abs(tape.gradient(h, g).numpy()).max() < 10.0 / factor
@@ -77,9 +78,9 @@ def arrangement(request):
 
 @pytest.fixture(scope='module')
 def process(arrangement):
-  return lindt.build_lindt(
-      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
-      **arrangement._asdict(),
+  return lindt.build(
+      MODEL, lindt.Hparams(**arrangement._asdict()),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=6),
   )
 
 
@@ -203,7 +204,7 @@ def test_evaluate_predicts_with_the_local_logits(process, arrangement):
 
 
 def test_intertwinement_statistics(arrangement):
-  models = lindt.DualModel(MODEL, lindt.Intertwining(*arrangement))
+  models = dual.DualModel(MODEL, dual.Intertwining(*arrangement))
   rng = np.random.default_rng(5)
   w = [rng.normal(size=p.shape).astype(np.float32) for p in models.global_model.get_weights()]
   v = [rng.normal(size=p.shape).astype(np.float32) for p in models.local_model.get_weights()]
@@ -228,9 +229,9 @@ def test_intertwinement_statistics(arrangement):
 
 @pytest.fixture(scope='module')
 def own_global_process():
-  return lindt.build_lindt(
-      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
-      own_global=True,
+  return lindt.build(
+      MODEL, lindt.Hparams(own_global=True),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=6),
   )
 
 
@@ -294,7 +295,7 @@ def test_g_is_detached_while_dp_noise_would_blind_the_detector(
 ):
   config = detector.DetectorConfig(warmup_rounds=1, window=window or 1, threshold=0.1)
   setting = dp.DpSetting(noise_multiplier or 0.0, clip_norm=1.0, clients_per_round=2)
-  server = shared_model.ServerOptions(
+  options = common.Common(
       nfl_detector=config if window else None,
       dp_setting=setting if noise_multiplier else None,
   )
@@ -302,29 +303,41 @@ def test_g_is_detached_while_dp_noise_would_blind_the_detector(
   # with s = z / 2, over sqrt(window): noise 6.1x the largest divergence at z = 1,
   # 0.97x over 40 rounds, 2.6% at z = 0.01.
   expected = {1.0: 6.144, 0.01: 0.0255, None: 0.0}[noise_multiplier] / np.sqrt(window or 1)
-  assert shared_model.dp_noise_to_signal(server, 1000) == pytest.approx(expected, rel=2e-3)
-  for paper in (lindt.Intertwining(), lindt.Intertwining(attach_logits=False, match_scale=True)):
-    resolved = lindt.resolve_intertwining(paper, server, 1000, when_blind)
-    assert resolved == dataclasses.replace(paper, detach_global=detached)
+  assert options.noise_to_signal(1000) == pytest.approx(expected, rel=2e-3)
+  for paper in (lindt.Hparams(), lindt.Hparams(attach_logits=False, match_scale=True)):
+    paper = dataclasses.replace(paper, detach_when_blind=when_blind)
+    resolved = lindt.resolve_intertwining(paper, options, 1000)
+    assert resolved == dual.Intertwining(
+        paper.attach_logits, paper.learn_gates, paper.match_scale, detach_global=detached
+    )
   # Detached by its own flag, it stays detached.
-  always = lindt.Intertwining(detach_global=True)
-  assert lindt.resolve_intertwining(always, server, 1000, when_blind) == always
+  always = lindt.Hparams(detach_global=True, detach_when_blind=when_blind)
+  assert lindt.resolve_intertwining(always, options, 1000) == dual.Intertwining(detach_global=True)
 
 
 def test_a_model_with_skip_connections_across_blocks_is_refused():
   with pytest.raises(ValueError, match='no place for attaching modules'):
-    lindt.build_lindt(cifar100.resnet_spec(), client_learning_rate=0.1)
+    lindt.build(
+      cifar100.resnet_spec(), lindt.Hparams(),
+      common.Common(client_learning_rate=0.1),
+  )
   with pytest.raises(ValueError, match='at least two blocks'):
-    lindt.build_lindt(test_utils.tiny_model_spec(), client_learning_rate=0.1)
+    lindt.build(
+      test_utils.tiny_model_spec(), lindt.Hparams(),
+      common.Common(client_learning_rate=0.1),
+  )
 
 
 def on_detection_process(stop, threshold, learn_gates=False, own_global=False):
   from tff_personal.nfl import detector  # pylint: disable=g-import-not-at-top
 
-  return lindt.build_lindt(
-      MODEL, client_learning_rate=LEARNING_RATE, mode='on_detection', stop=stop,
-      learn_gates=learn_gates, own_global=own_global,
-      server=shared_model.ServerOptions(
+  return lindt.build(
+      MODEL,
+      lindt.Hparams(
+          mode='on_detection', stop=stop, learn_gates=learn_gates, own_global=own_global
+      ),
+      common.Common(
+          client_learning_rate=LEARNING_RATE,
           seed=6,
           nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=threshold),
       ),
@@ -341,8 +354,9 @@ def test_before_the_flag_clients_run_fedavg(flagging_processes):
   from tff_personal.algorithms import fedavg  # pylint: disable=g-import-not-at-top
 
   process = flagging_processes['persist']
-  reference = fedavg.build_fedavg(
-      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+  reference = fedavg.build(
+      MODEL, fedavg.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=6),
   )
   state = process.initialize()
   weights = process.get_model_weights(state)
@@ -410,8 +424,9 @@ def test_clients_without_a_dual_round_are_evaluated_with_the_global_model(flaggi
   never = {'model': ModelWeights(trainable=[p * 0.5 + 0.1 for p in weights.trainable],
                                  non_trainable=[]), 'dual_rounds': np.int32(0)}
   result, = process.evaluate(weights, [batches_dataset([(x, y)])], [never])
-  reference = fedavg.build_fedavg(
-      MODEL, client_learning_rate=LEARNING_RATE, server=shared_model.ServerOptions(seed=6),
+  reference = fedavg.build(
+      MODEL, fedavg.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=6),
   )
   expected, = reference.evaluate(weights, [batches_dataset([(x, y)])], [{}])
   assert result['loss'] == pytest.approx(expected['loss'], rel=1e-6)
@@ -419,7 +434,10 @@ def test_clients_without_a_dual_round_are_evaluated_with_the_global_model(flaggi
 
 def test_on_detection_needs_the_detector():
   with pytest.raises(ValueError, match='needs the NFL detector'):
-    lindt.build_lindt(MODEL, client_learning_rate=0.1, mode='on_detection')
+    lindt.build(
+      MODEL, lindt.Hparams(mode='on_detection'),
+      common.Common(client_learning_rate=0.1),
+  )
 
 
 def test_a_sequence_model_takes_attaching_modules():
@@ -428,8 +446,8 @@ def test_a_sequence_model_takes_attaching_modules():
   from tff_personal.tasks import shakespeare  # pylint: disable=g-import-not-at-top
 
   spec = shakespeare.build_shakespeare_model_spec(sequence_length=5)
-  lindt.check_chain(spec)  # Raised "mixed types" before: input shape (None, None).
-  models = lindt.DualModel(spec)
+  dual.check_chain(spec)  # Raised "mixed types" before: input shape (None, None).
+  models = dual.DualModel(spec)
   tokens = tf.constant([[1, 5, 9, 0, 0], [3, 3, 2, 7, 1]], tf.int64)
   global_logits, local_logits = models.dual(tokens)
   assert global_logits.shape == local_logits.shape == (2, 5, shakespeare.VOCAB_SIZE)

@@ -7,6 +7,7 @@ import tensorflow as tf
 from tests import test_utils
 from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
+from tff_personal.algorithms import common
 from tff_personal.algorithms import local
 
 LEARNING_RATE = 0.1
@@ -14,8 +15,9 @@ LEARNING_RATE = 0.1
 
 @pytest.fixture(scope='module')
 def process():
-  return local.build_local(
-      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE, seed=5
+  return local.build(
+      test_utils.tiny_model_spec(), local.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=5),
   )
 
 
@@ -139,6 +141,7 @@ def test_finetuned_evaluation_starts_from_each_clients_own_model(process):
 
 
 def test_local_sends_no_update():
-  assert not local.build_local(
-      test_utils.tiny_model_spec(), client_learning_rate=LEARNING_RATE
+  assert not local.build(
+      test_utils.tiny_model_spec(), local.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE),
   ).sends_updates

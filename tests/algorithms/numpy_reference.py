@@ -31,6 +31,17 @@ def sgd(kernel, bias, batches, learning_rate):
   return kernel, bias
 
 
+def proximal_sgd(kernel, bias, batches, learning_rate, strength):
+  """SGD on F(w) + strength/2 ||w - w0||^2 from w0 = (kernel, bias) (FedProx)."""
+  anchor = kernel.astype(np.float64), bias.astype(np.float64)
+  kernel, bias = anchor
+  for x, y in batches:
+    _, d_kernel, d_bias = loss_and_gradients(kernel, bias, x, y)
+    kernel = kernel - learning_rate * (d_kernel + strength * (kernel - anchor[0]))
+    bias = bias - learning_rate * (d_bias + strength * (bias - anchor[1]))
+  return kernel, bias
+
+
 def accuracy(kernel, bias, x, y):
   return float(np.mean(np.argmax(x @ kernel + bias, axis=1) == y))
 

@@ -16,7 +16,7 @@ def test_robust_aggregator_runs_a_round(algorithm, aggregator):
   process = registry.build_algorithm(
       algorithm,
       TASK,
-      registry.AlgorithmOptions(
+      setup=registry.Setup(
           client_learning_rate=0.1, aggregator=aggregator, clients_per_round=3,
           aggregator_num_adversaries=0, aggregator_trim_fraction=0.34,
       ),
@@ -33,26 +33,30 @@ def test_robust_aggregator_runs_a_round(algorithm, aggregator):
 
 def test_unknown_algorithm():
   with pytest.raises(ValueError, match='Unknown algorithm'):
-    registry.build_algorithm('fedsgd', TASK, registry.AlgorithmOptions())
+    registry.build_algorithm('fedsgd', TASK)
 
 
 def _assert_same(actual, expected):
   tf.nest.map_structure(np.testing.assert_array_equal, actual, expected)
 
 
-@pytest.mark.parametrize('algorithm, options', [
-    ('fedavg', dict(nfl_detection=True)),
-    ('fedper', {}),
-    ('ditto', {}),
-    ('apfl', {}),
-    ('lindt', dict(lindt_mode='on_detection', nfl_detection=True)),
-    ('local', {}),
+@pytest.mark.parametrize('algorithm, hparams, nfl_detection', [
+    ('fedavg', None, True),
+    ('fedper', None, False),
+    ('ditto', None, False),
+    ('apfl', None, False),
+    ('lindt', dict(mode='on_detection'), True),
+    ('local', None, False),
+    ('fedprox', None, True),
+    ('local', None, True),
 ])
-def test_split_round_gives_next_results(algorithm, options):
+def test_split_round_gives_next_results(algorithm, hparams, nfl_detection):
   """`process.split_round` (client phase, then server phase) is `next` in
   two calls: the same state, personal states and metrics over two rounds."""
+  module = registry.module(algorithm)
   process = registry.build_algorithm(
-      algorithm, TASK, registry.AlgorithmOptions(client_learning_rate=0.1, **options)
+      algorithm, TASK, module.Hparams(**(hparams or {})),
+      registry.Setup(client_learning_rate=0.1, nfl_detection=nfl_detection),
   )
   split = process.split_round
   assert split is not None
@@ -74,6 +78,7 @@ def test_split_round_gives_next_results(algorithm, options):
     split_state, split_personal = split_output.state, split_output.personal_states
   moved = personal[0] if algorithm == 'local' else process.get_model_weights(state)
   assert not np.array_equal(tf.nest.flatten(weights)[0], tf.nest.flatten(moved)[0])
-  if algorithm != 'local':  # Local sends no update.
-    assert str(split.client_phase.type_signature.result).startswith('{<update=')
+  assert str(split.client_phase.type_signature.result).startswith('{<update=')
+  if nfl_detection:
+    assert 0.0 <= output.metrics['nfl']['w_div'] < np.inf
   assert 'personal_state' not in str(split.server_phase.type_signature.parameter[1])

@@ -10,8 +10,9 @@ from tests import test_utils
 from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.aggregators import dp
+from tff_personal.algorithms import common
 from tff_personal.algorithms import fedavg
-from tff_personal.algorithms import shared_model
+from tff_personal.algorithms import local
 from tff_personal.nfl import detector
 from tff_personal.personal import process as process_lib
 
@@ -121,10 +122,12 @@ def test_bad_config():
 
 @pytest.fixture(scope='module')
 def process():
-  return fedavg.build_fedavg(
-      test_utils.tiny_model_spec(), client_learning_rate=0.1,
-      server=shared_model.ServerOptions(
-          seed=11, nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=0.0)
+  return fedavg.build(
+      test_utils.tiny_model_spec(), fedavg.Hparams(),
+      common.Common(
+          client_learning_rate=0.1,
+          seed=11,
+          nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=0.0),
       ),
   )
 
@@ -154,10 +157,10 @@ def test_fedavg_reports_the_divergence_of_its_clients(process):
 
 def dp_fedavg_with_detector(noise_multiplier, clip_norm, threshold=1.0):
   """FedAvg of the tiny model under DP (2 clients a round) with the detector."""
-  return fedavg.build_fedavg(
-      test_utils.tiny_model_spec(), client_learning_rate=0.1,
-      server=shared_model.ServerOptions(
-          seed=11,
+  return fedavg.build(
+      test_utils.tiny_model_spec(), fedavg.Hparams(),
+      common.Common(
+          client_learning_rate=0.1, seed=11,
           model_aggregator=dp.build_dp_aggregator(
               noise_multiplier=noise_multiplier, clients_per_round=2, clip_norm=clip_norm
           ),
@@ -216,3 +219,40 @@ def test_a_blind_detector_is_logged(caplog):
   with caplog.at_level('WARNING'):
     dp_fedavg_with_detector(noise_multiplier=0.0, clip_norm=0.01)
   assert 'it cannot tell divergence from noise' not in caplog.text
+
+
+def test_local_with_the_detector_measures_its_clients_own_updates():
+  """Local aggregates nothing; the detector averages the clients' updates of
+  their own models itself, and w is the initial model they started from."""
+  process = local.build(
+      test_utils.tiny_model_spec(), local.Hparams(),
+      common.Common(
+          client_learning_rate=0.1, seed=11,
+          nfl_detector=detector.DetectorConfig(warmup_rounds=0, window=1, threshold=1e9),
+      ),
+  )
+  state = process.initialize()
+  initial = process.get_model_weights(state)
+  rng = np.random.default_rng(4)
+  starts = [
+      type(initial)(
+          trainable=[rng.normal(size=w.shape).astype(np.float32) for w in initial.trainable],
+          non_trainable=[],
+      )
+      for _ in range(2)
+  ]
+  clients = [client_batches(1, [3, 2]), client_batches(2, [4])]
+  output = run_next(process, state, [batches_dataset(b) for b in clients], starts)
+  deltas = []
+  for start, batches in zip(starts, clients):
+    trained = numpy_reference.sgd(*start.trainable, batches, 0.1)
+    deltas.append(np.concatenate([(s - t).ravel() for s, t in zip(start.trainable, trained)]))
+  alpha = np.array([5, 4]) / 9
+  mean = alpha @ np.array(deltas)
+  divergence = sum(a * np.sum((d - mean) ** 2) for a, d in zip(alpha, deltas))
+  divergence /= 1 - np.sum(alpha**2)
+  initial_norm = np.sqrt(sum(np.sum(w**2) for w in initial.trainable))
+  assert output.metrics['nfl']['w_div'] == pytest.approx(
+      np.sqrt(divergence) / initial_norm, rel=1e-4
+  )
+  assert output.metrics['nfl']['flagged'] == 0

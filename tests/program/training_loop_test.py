@@ -10,6 +10,7 @@ import pytest
 
 from tests import test_utils
 from tff_personal.algorithms import registry as algorithm_registry
+from tff_personal.personal import personal_states
 from tff_personal.personal import process as process_lib
 from tff_personal.personal import store as store_lib
 from tff_personal.program import checkpoints
@@ -18,7 +19,7 @@ from tff_personal.program import training_loop
 from tff_personal.runtime import context
 
 TASK = test_utils.tiny_task(num_clients=6, hidden=3)
-OPTIONS = algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=2)
+SETUP = algorithm_registry.Setup(client_learning_rate=0.1, seed=2)
 CONFIG = training_loop.TrainingConfig(
     total_rounds=6,
     clients_per_round=3,
@@ -36,33 +37,36 @@ def process_for(algorithm):
   'fedper_nfl' (FedPer with the NFL detector), 'lindt_on_detection' or
   'fedavg_dp_seeded' (DP with seeded noise in the update and the detector)."""
   if algorithm not in _PROCESSES:
+    build = algorithm_registry.build_algorithm
+    hparams = algorithm_registry.module
     if algorithm == 'ditto_grid':
-      options = dataclasses.replace(OPTIONS, ditto_lambda_grid=(0.0, 0.1, 1.0))
-      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('ditto', TASK, options)
+      _PROCESSES[algorithm] = build(
+          'ditto', TASK, hparams('ditto').Hparams(lambda_grid=(0.0, 0.1, 1.0)), SETUP
+      )
     elif algorithm == 'fedper_nfl':
-      options = dataclasses.replace(
-          OPTIONS, nfl_detection=True, nfl_warmup_rounds=1, nfl_window=3, nfl_threshold=0.0
+      setup = dataclasses.replace(
+          SETUP, nfl_detection=True, nfl_warmup_rounds=1, nfl_window=3, nfl_threshold=0.0
       )
-      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedper', TASK, options)
+      _PROCESSES[algorithm] = build('fedper', TASK, None, setup)
     elif algorithm == 'lindt_on_detection':
-      options = dataclasses.replace(
-          OPTIONS, nfl_detection=True, nfl_warmup_rounds=1, nfl_window=2, nfl_threshold=0.0,
-          lindt_mode='on_detection', lindt_stop='after_one_round',
+      setup = dataclasses.replace(
+          SETUP, nfl_detection=True, nfl_warmup_rounds=1, nfl_window=2, nfl_threshold=0.0
       )
-      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('lindt', TASK, options)
+      lindt_hparams = hparams('lindt').Hparams(mode='on_detection', stop='after_one_round')
+      _PROCESSES[algorithm] = build('lindt', TASK, lindt_hparams, setup)
     elif algorithm == 'fedavg_dp_seeded':  # Resumes bit for bit only if the noise repeats.
-      options = dataclasses.replace(
-          OPTIONS, dp_clip_norm=1.0, dp_noise_multiplier=0.5, dp_noise_seed=4,
+      setup = dataclasses.replace(
+          SETUP, dp_clip_norm=1.0, dp_noise_multiplier=0.5, dp_noise_seed=4,
           nfl_detection=True, nfl_warmup_rounds=1, nfl_window=2, nfl_threshold=0.0,
       )
-      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedavg', TASK, options)
+      _PROCESSES[algorithm] = build('fedavg', TASK, None, setup)
     elif algorithm == 'fedavg_dp_adaptive_seeded':  # The clip's estimate is noised too.
-      options = dataclasses.replace(
-          OPTIONS, dp_adaptive_clipping=True, dp_noise_multiplier=0.05, dp_noise_seed=4,
+      setup = dataclasses.replace(
+          SETUP, dp_adaptive_clipping=True, dp_noise_multiplier=0.05, dp_noise_seed=4,
       )
-      _PROCESSES[algorithm] = algorithm_registry.build_algorithm('fedavg', TASK, options)
+      _PROCESSES[algorithm] = build('fedavg', TASK, None, setup)
     else:
-      _PROCESSES[algorithm] = algorithm_registry.build_algorithm(algorithm, TASK, OPTIONS)
+      _PROCESSES[algorithm] = build(algorithm, TASK, None, SETUP)
   return _PROCESSES[algorithm]
 
 
@@ -134,7 +138,7 @@ def test_states_read_ahead_of_their_round_change_nothing(tmp_path, monkeypatch):
   monkeypatch.setattr(store_lib, '_read_file', recording)
   train('local', tmp_path, 'ahead')
   assert any(t.startswith('personal-state-prefetch') for t in threads)
-  monkeypatch.setattr(training_loop._PersonalStates, 'prefetch', lambda *args: None)
+  monkeypatch.setattr(personal_states.PersonalStates, 'prefetch', lambda *args: None)
   threads.clear()
   train('local', tmp_path, 'not_ahead')
   assert threads and not any(t.startswith('personal-state-prefetch') for t in threads)
@@ -232,13 +236,25 @@ def test_attacked_run_reports_benign_and_adversary_clients_apart(algorithm, atta
 
 
 def test_update_attacks_need_a_client_role(tmp_path):
+  """A process that takes no attack role (here TFF's own FedAvg, wrapped) is refused."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_personal.evaluation import per_client  # pylint: disable=g-import-not-at-top
+
+  model_fn = TASK.model.tff_model_fn
+  process = process_lib.from_learning_process(
+      tff.learning.algorithms.build_weighted_fed_avg(
+          model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1)
+      ),
+      TASK.model.initial_weights(0),
+      per_client.build_global_model_evaluation(model_fn),
+  )
+  assert not process.takes_client_roles
   config = training_loop.TrainingConfig(
       **{**CONFIG.__dict__, 'attack': 'random_update', 'attack_fraction': 0.5}
   )
   with pytest.raises(ValueError, match='cannot simulate the random_update attack'):
     training_loop.run_training(
-        TASK, process_for('fedprox'), config, outputs.ExperimentDir(str(tmp_path), 'run'),
-        run_config={},
+        TASK, process, config, outputs.ExperimentDir(str(tmp_path), 'run'), run_config={},
     )
 
 
@@ -293,10 +309,10 @@ def test_finetuning_reports_the_trained_model_and_its_finetuned_copy(algorithm, 
 def test_dp_run_reports_epsilon_every_round_and_resume_keeps_the_ledger(tmp_path):
   from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
 
-  options = dataclasses.replace(
-      OPTIONS, clients_per_round=3, dp_clip_norm=1.0, dp_noise_multiplier=1.2
+  setup = dataclasses.replace(
+      SETUP, clients_per_round=3, dp_clip_norm=1.0, dp_noise_multiplier=1.2
   )
-  process = algorithm_registry.build_algorithm('fedavg', TASK, options)
+  process = algorithm_registry.build_algorithm('fedavg', TASK, None, setup)
 
   def run(name, rounds):
     config = training_loop.TrainingConfig(

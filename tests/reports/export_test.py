@@ -34,15 +34,18 @@ def assert_same(expected, actual):
 @pytest.mark.parametrize(
     'algorithm, options',
     [(name, {}) for name in algorithm_registry.ALGORITHM_NAMES]
-    + [('ditto', {'ditto_lambda_grid': (0.0, 0.5)}), ('fedper', {'nfl_detection': True}),
-       ('lindt', {'nfl_detection': True, 'lindt_mode': 'on_detection'})],
+    + [('ditto', {'lambda_grid': (0.0, 0.5)}), ('fedper', {'nfl_detection': True}),
+       ('lindt', {'nfl_detection': True, 'mode': 'on_detection'})],
 )
 def test_export_round_trip_in_fresh_process(algorithm, options, tmp_path):
   task = test_utils.tiny_task(num_clients=3, hidden=3)
+  module = algorithm_registry.module(algorithm)
+  hparams = {k: v for k, v in options.items() if k != 'nfl_detection'}
   process = algorithm_registry.build_algorithm(
-      algorithm,
-      task,
-      algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=7, **options),
+      algorithm, task, module.Hparams(**hparams),
+      algorithm_registry.Setup(
+          client_learning_rate=0.1, seed=7, nfl_detection=options.get('nfl_detection', False)
+      ),
   )
   train_data, test_data = test_utils.tiny_datasets(**_DATASETS)
   initial_weights = process.get_model_weights(process.initialize())

@@ -8,7 +8,6 @@ and FedProx run TFF's own client work, which we do not change: there the
 tasks' datasets carry the option (the last tests).
 """
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -56,21 +55,20 @@ def test_reduce_batches_loop_sums_like_reduce():
 
 
 TASK = test_utils.tiny_task(num_clients=3, hidden=3)
-OPTIONS = algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=2)
-
-
-_TFF_CLIENT_WORK = ('local', 'fedprox')  # Their `next` is TFF's client work.
+SETUP = algorithm_registry.Setup(client_learning_rate=0.1, seed=2)
 
 
 @pytest.mark.parametrize('name', algorithm_registry.ALGORITHM_NAMES + ('ditto_grid',))
 def test_every_client_pass_has_autotuning_off(name):
-  options = OPTIONS
-  if name == 'ditto_grid':  # Validation passes (`ditto.mean_loss`) too.
-    name, options = 'ditto', dataclasses.replace(OPTIONS, ditto_lambda_grid=(0.0, 0.1))
-  process = algorithm_registry.build_algorithm(name, TASK, options)
-  computations = {'evaluate': process.evaluate, 'finetuned': process.finetuned_evaluation(0.1)}
-  if name not in _TFF_CLIENT_WORK:
-    computations['next'] = process.next
+  hparams = None
+  if name == 'ditto_grid':  # Validation passes (`client_training.mean_loss`) too.
+    name, hparams = 'ditto', algorithm_registry.module('ditto').Hparams(lambda_grid=(0.0, 0.1))
+  process = algorithm_registry.build_algorithm(name, TASK, hparams, SETUP)
+  computations = {
+      'next': process.next,
+      'evaluate': process.evaluate,
+      'finetuned': process.finetuned_evaluation(0.1),
+  }
   for label, computation in computations.items():
     counts = [count_ops(g) for g in test_utils.graph_defs(computation)]
     iterating = sum(i for i, _ in counts)

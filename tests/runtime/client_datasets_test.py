@@ -8,8 +8,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import test_utils
+from tff_personal.algorithms import common
 from tff_personal.algorithms import ditto
-from tff_personal.algorithms import shared_model
 from tff_personal.runtime import client_datasets
 
 TASK = test_utils.tiny_task(num_clients=3, hidden=3)
@@ -53,9 +53,9 @@ def test_plain_dataset_input(dataset_computation):
 
 
 def test_ditto_round_with_roles_is_the_same(dataset_computation):
-  process = ditto.build_ditto(
-      TASK.model, client_learning_rate=0.1, ditto_lambda=0.5,
-      server=shared_model.ServerOptions(seed=3),
+  process = ditto.build(
+      TASK.model, ditto.Hparams(lambda_=0.5),
+      common.Common(client_learning_rate=0.1, seed=3),
   )
   composed = client_datasets.compose_client_datasets(dataset_computation, process.next)
   assert str(composed.type_signature.parameter[1]) == (
@@ -76,9 +76,9 @@ def test_ditto_round_with_roles_is_the_same(dataset_computation):
 
 def test_mismatched_dataset_type_is_an_error():
   other = test_utils.tiny_task(num_clients=3, hidden=3)
-  process = ditto.build_ditto(
-      test_utils.tiny_model_spec(input_dim=5), client_learning_rate=0.1, ditto_lambda=0.5,
-      server=shared_model.ServerOptions(seed=3),
+  process = ditto.build(
+      test_utils.tiny_model_spec(input_dim=5), ditto.Hparams(lambda_=0.5),
+      common.Common(client_learning_rate=0.1, seed=3),
   )
   with pytest.raises(TypeError, match='dataset computation returns'):
     client_datasets.compose_client_datasets(

@@ -6,8 +6,8 @@ import tensorflow_federated as tff
 
 from tests import test_utils
 from tests.algorithms.fedavg_test import batches_dataset, client_batches
+from tff_personal.algorithms import common
 from tff_personal.algorithms import ditto
-from tff_personal.algorithms import shared_model
 from tff_personal.runtime import client_keys
 from tff_personal.runtime import context
 
@@ -15,9 +15,10 @@ from tff_personal.runtime import context
 @pytest.fixture(scope='module')
 def process():
   context.install_local_context()
-  return ditto.build_ditto(
-      test_utils.tiny_model_spec(), ditto_lambda=0.5, client_learning_rate=0.1,
-      personal_learning_rate=0.05, personal_steps=1, server=shared_model.ServerOptions(seed=8),
+  return ditto.build(
+      test_utils.tiny_model_spec(),
+      ditto.Hparams(lambda_=0.5, personal_learning_rate=0.05, personal_steps=1),
+      common.Common(client_learning_rate=0.1, seed=8),
   )
 
 

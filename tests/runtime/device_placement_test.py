@@ -11,7 +11,6 @@ algorithm's graphs and fail if a matrix multiplication (the tiny model's
 dense layers, forward or backward) sits in a function a dataset op calls.
 """
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -87,15 +86,15 @@ def test_a_reduce_over_the_dataset_is_caught():
 
 
 TASK = test_utils.tiny_task(num_clients=3, hidden=3)
-OPTIONS = algorithm_registry.AlgorithmOptions(client_learning_rate=0.1, seed=2)
+SETUP = algorithm_registry.Setup(client_learning_rate=0.1, seed=2)
 
 
 @pytest.mark.parametrize('name', algorithm_registry.ALGORITHM_NAMES + ('ditto_grid',))
 def test_no_model_op_runs_inside_a_dataset_function(name):
-  options = OPTIONS
+  hparams = None
   if name == 'ditto_grid':  # Ditto's validation passes too.
-    name, options = 'ditto', dataclasses.replace(OPTIONS, ditto_lambda_grid=(0.0, 0.1))
-  process = algorithm_registry.build_algorithm(name, TASK, options)
+    name, hparams = 'ditto', algorithm_registry.module('ditto').Hparams(lambda_grid=(0.0, 0.1))
+  process = algorithm_registry.build_algorithm(name, TASK, hparams, SETUP)
   computations = {
       'next': process.next,
       'evaluate': process.evaluate,

@@ -6,8 +6,8 @@ from absl import logging as absl_logging
 from absl.testing import flagsaver
 import pytest
 
-from tff_personal.program import experiment_flags as ef
 from tff_personal.runtime import log_levels
+import experiment_flags as ef  # bin/experiment_flags.py (pytest.ini puts bin/ on the path)
 
 
 @pytest.fixture

@@ -18,22 +18,42 @@ client is evaluated on v_bar built with the current global model.
 
   next: (<S@SERVER, {<data=D*,role,seed>}@CLIENTS, {<model=v, alpha>}@CLIENTS>
          -> <S@SERVER, {<model=v, alpha>}@CLIENTS, M@SERVER>)
-The server part is `shared_model.build_process`.
+The server part is the composed round (`personal.compose`).
 """
 
 import collections
+import dataclasses
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import shared_model
+from tff_personal.algorithms import common
 from tff_personal.models import model_spec
+from tff_personal.personal import compose
 from tff_personal.personal import process as process_lib
 from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
+
+
+@dataclasses.dataclass(frozen=True)
+class Hparams:
+  """APFL's hyperparameters.
+
+  Attributes:
+    alpha: a new client's mixing weight of its personal model, in [0, 1].
+    adaptive_alpha: learn each client's alpha by SGD.
+    alpha_learning_rate: alpha's SGD rate; None: the client's learning rate.
+  """
+
+  alpha: float = common.hparam(0.5, lower=0.0, upper=1.0)
+  adaptive_alpha: bool = True
+  alpha_learning_rate: Optional[float] = common.hparam(None, lower=0.0)
+
+
+CAPABILITIES = common.Capabilities(personal_state=True)
 
 
 def mix(alpha, personal, global_):
@@ -93,37 +113,26 @@ def build_client_update(spec: model_spec.ModelSpec, *, learning_rate, alpha_lear
         model=ModelWeights(trainable=list(v), non_trainable=list(global_weights.non_trainable)),
         alpha=alpha,
     )
-    return shared_model.client_result(update, num_examples, new_personal, personal_state, model)
+    return compose.client_result(update, num_examples, new_personal, personal_state, model)
 
   return client_update
 
 
-def build_apfl(
-    model: model_spec.ModelSpec,
-    *,
-    client_learning_rate: float,
-    alpha: float = 0.5,
-    adaptive_alpha: bool = True,
-    alpha_learning_rate: Optional[float] = None,
-    server: shared_model.ServerOptions = shared_model.ServerOptions(),
+def build(
+    model: model_spec.ModelSpec, hparams: Hparams = Hparams(),
+    options: common.Common = common.Common(),
 ) -> process_lib.PersonalizedProcess:
-  """Builds APFL; see the module docstring.
-
-  Args:
-    model: the task's model.
-    client_learning_rate: eta, the SGD rate of w and v.
-    alpha: a new client's mixing weight, in [0, 1].
-    adaptive_alpha: learn alpha per client (False: alpha stays fixed).
-    alpha_learning_rate: eta_alpha; default: `client_learning_rate`.
-    server: the server side (`shared_model.ServerOptions`).
-  """
-  if not 0 <= alpha <= 1:
-    raise ValueError(f'alpha must be in [0, 1], got {alpha}.')
-  initial_weights = model.initial_weights(server.seed)
+  """Builds APFL; see the module docstring."""
+  if not 0 <= hparams.alpha <= 1:
+    raise ValueError(f'--apfl_alpha must be in [0, 1], got {hparams.alpha}.')
+  initial_weights = model.initial_weights(options.seed)
+  alpha_learning_rate = hparams.alpha_learning_rate
+  if alpha_learning_rate is None:
+    alpha_learning_rate = options.client_learning_rate
 
   def new_client_state(client_id, global_weights):
     del client_id
-    return collections.OrderedDict(model=global_weights, alpha=np.float32(alpha))
+    return collections.OrderedDict(model=global_weights, alpha=np.float32(hparams.alpha))
 
   def personalized_model(global_weights, personal_state):
     return ModelWeights(
@@ -134,19 +143,15 @@ def build_apfl(
         non_trainable=list(global_weights.non_trainable),
     )
 
-  return shared_model.build_process(
-      model,
-      initial_shared_weights=initial_weights,
-      personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
-      client_update_fn=lambda: build_client_update(
+  work = compose.ClientWork(
+      build_update=lambda: build_client_update(
           model,
-          learning_rate=client_learning_rate,
-          alpha_learning_rate=(
-              client_learning_rate if alpha_learning_rate is None else alpha_learning_rate
-          ),
-          adaptive_alpha=adaptive_alpha,
+          learning_rate=options.client_learning_rate,
+          alpha_learning_rate=alpha_learning_rate,
+          adaptive_alpha=hparams.adaptive_alpha,
       ),
-      assemble_fn=personalized_model,
-      initial_personal_state_fn=new_client_state,
-      server=server,
+      personal_type=compose.weights_type(new_client_state('', initial_weights)),
+      initial_personal_state=new_client_state,
+      assemble=personalized_model,
   )
+  return common.build_process(model, initial_weights, work, options)

@@ -16,15 +16,16 @@ first time starts from v = the current global model.
 
 Client k, each round (both updates start from the received w^t):
   1. personal: `personal_steps` SGD steps on h_k over its round data
-     (repeated as needed), or, with personal_steps = 0, `personal_passes`
+     (repeated as needed), or, with personal_steps = 0, `personal_epochs`
      passes over the round data (`client_epochs` epochs each);
   2. global: SGD on F_k from w^t over its round data, as FedAvg's client.
 
   next: (<S@SERVER, {D*}@CLIENTS, {v}@CLIENTS> -> <S@SERVER, {v}@CLIENTS, M@SERVER>)
   evaluate: (<w@SERVER, {D*}@CLIENTS, {v}@CLIENTS> -> {E}@CLIENTS)
     each client's personal model v on its own data.
-The server part is `shared_model.build_process` (weighted mean of the global
-updates with weights n_k, or any robust aggregator, then the server's SGD).
+The server part is the composed round (`personal.compose`: weighted mean of
+the global updates with weights n_k, or any robust aggregator, then the
+server's SGD).
 
 Per-client lambda (the paper's Section 3.3 heuristic, `lambda_grid`): a
 client picks its lambda once, at its first participation, from a candidate
@@ -37,73 +38,70 @@ chosen; without a grid, P = v.
 """
 
 import collections
-from typing import Optional, Sequence
+import dataclasses
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import shared_model
+from tff_personal.algorithms import common
 from tff_personal.models import model_spec
+from tff_personal.personal import compose
 from tff_personal.personal import process as process_lib
 from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 UNSELECTED_LAMBDA = -1.0  # A new client's lambda before it chose from the grid.
-
-
-def proximal_sgd(model, dataset, variables, anchor, learning_rate, ditto_lambda):
-  """SGD on F(v) + lambda/2 ||v - anchor||^2 over `dataset` (inside a tf.function)."""
-  variables = list(variables)
-
-  def step(num_examples, batch):
-    with tf.GradientTape() as tape:
-      output = model.forward_pass(batch, training=True)
-    gradients = client_training.dense_gradients(tape.gradient(output.loss, variables))
-    for variable, gradient, center in zip(variables, gradients, anchor):
-      variable.assign(
-          variable - learning_rate * (gradient + ditto_lambda * (variable - center))
-      )
-    return num_examples + tf.cast(output.num_examples, tf.int64)
-
-  return client_training.reduce_batches(dataset, tf.constant(0, tf.int64), step)
-
-
 VALIDATION_EVERY = 5  # Every fifth batch validates a lambda candidate.
 
 
-def mean_loss(model, dataset):
-  """The example-weighted mean loss of `model` over `dataset` (0 if empty)."""
+@dataclasses.dataclass(frozen=True)
+class Hparams:
+  """Ditto's hyperparameters.
 
-  def accumulate(totals, batch):
-    output = model.forward_pass(batch, training=False)
-    n = tf.cast(output.num_examples, tf.float32)
-    return totals[0] + output.loss * n, totals[1] + n
+  Attributes:
+    lambda_: lambda >= 0, the pull of the personal models to the global one.
+    lambda_grid: per-client lambda, chosen at a client's first participation
+      from these candidates by validation loss on a fifth of its round data
+      (overrides lambda_); e.g. 0.05,0.1,0.2 under strong attacks, 0.1,1,2
+      otherwise (Li et al. 2021).
+    personal_learning_rate: the personal SGD rate; None: the client's.
+    personal_steps: personal SGD steps a round; 0: personal_epochs passes.
+    personal_epochs: personal passes over the round data (each the round's
+      epochs).
+  """
 
-  zero = tf.constant(0.0)
-  total, count = client_training.reduce_batches(dataset, (zero, zero), accumulate)
-  return tf.math.divide_no_nan(total, count)
+  lambda_: float = common.hparam(0.1, lower=0.0)
+  lambda_grid: tuple[float, ...] = common.hparam((), lower=0.0)
+  personal_learning_rate: Optional[float] = common.hparam(None, lower=0.0)
+  personal_steps: int = common.hparam(0, lower=0)
+  personal_epochs: int = common.hparam(1, lower=1)
 
 
-def build_client_update(
-    model_fn, *, ditto_lambda, learning_rate, personal_learning_rate,
-    personal_steps, personal_passes, lambda_grid=(),
-):
+CAPABILITIES = common.Capabilities(personal_state=True)
+
+
+def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
   """The client's steps 1-2 (module docstring) as a `tf.function`."""
   model = model_fn()
   variables = ModelWeights.from_model(model)
+  lambda_grid = hparams.lambda_grid
+  personal_learning_rate = hparams.personal_learning_rate
+  if personal_learning_rate is None:
+    personal_learning_rate = learning_rate
 
   def assign(weights):
     tf.nest.map_structure(lambda v, w: v.assign(w), variables, weights)
 
   def personal_update(personal_weights, global_weights, dataset, lambda_value):
     assign(personal_weights)
-    if personal_steps > 0:
-      personal_data = [dataset.repeat().take(personal_steps)]
+    if hparams.personal_steps > 0:
+      personal_data = [dataset.repeat().take(hparams.personal_steps)]
     else:
-      personal_data = [dataset] * personal_passes
+      personal_data = [dataset] * hparams.personal_epochs
     for data in personal_data:
-      proximal_sgd(
+      client_training.proximal_sgd_pass(
           model, data, variables.trainable, global_weights.trainable,
           personal_learning_rate, lambda_value,
       )
@@ -119,7 +117,7 @@ def build_client_update(
     losses = []
     for candidate in lambda_grid:
       personal_update(personal_weights, global_weights, train, tf.constant(candidate))
-      losses.append(mean_loss(model, validation))
+      losses.append(client_training.mean_loss(model, validation))
     return tf.gather(tf.constant(lambda_grid, tf.float32), tf.argmin(tf.stack(losses)))
 
   @tf.function
@@ -130,7 +128,7 @@ def build_client_update(
       if lambda_value < 0:  # First participation: choose from the grid.
         lambda_value = select_lambda(personal_weights, global_weights, dataset)
     else:
-      personal_weights, lambda_value = personal_state, tf.constant(ditto_lambda)
+      personal_weights, lambda_value = personal_state, tf.constant(hparams.lambda_)
     personal_update(personal_weights, global_weights, dataset, lambda_value)
     new_personal = tf.nest.map_structure(tf.identity, variables)
     if lambda_grid:
@@ -144,46 +142,33 @@ def build_client_update(
     update = tf.nest.map_structure(
         tf.subtract, global_weights.trainable, variables.trainable
     )
-    return shared_model.client_result(
+    return compose.client_result(
         update, num_examples, new_personal, personal_state, model
     )
 
   return client_update
 
 
-def build_ditto(
-    model: model_spec.ModelSpec,
-    *,
-    ditto_lambda: float,
-    client_learning_rate: float,
-    personal_learning_rate: Optional[float] = None,
-    personal_steps: int = 0,
-    personal_passes: int = 1,
-    server: shared_model.ServerOptions = shared_model.ServerOptions(),
-    lambda_grid: Sequence[float] = (),
-) -> process_lib.PersonalizedProcess:
-  """Builds Ditto; see the module docstring.
-
-  Args:
-    model: the task's model.
-    ditto_lambda: lambda >= 0, the pull of the personal model to the global.
-    client_learning_rate: learning rate of the global model's client SGD.
-    personal_learning_rate: eta_p; default: `client_learning_rate`.
-    personal_steps: personal SGD steps per round (0: use `personal_passes`).
-    personal_passes: passes over the round data when `personal_steps` is 0.
-    server: the server side (`shared_model.ServerOptions`).
-    lambda_grid: candidates of the per-client lambda (empty: `ditto_lambda`
-      for every client).
-  """
-  if ditto_lambda < 0:
-    raise ValueError(f'ditto_lambda must be >= 0, got {ditto_lambda}.')
-  lambda_grid = tuple(float(c) for c in lambda_grid)
+def _check(hparams: Hparams) -> Hparams:
+  """`hparams` with the grid as floats; ValueError naming the flag if invalid."""
+  if hparams.lambda_ < 0:
+    raise ValueError(f'--ditto_lambda must be >= 0, got {hparams.lambda_}.')
+  lambda_grid = tuple(float(c) for c in hparams.lambda_grid)
   if any(c < 0 for c in lambda_grid):
-    raise ValueError(f'The lambda grid must hold values >= 0, got {list(lambda_grid)}.')
-  if personal_steps < 0 or (personal_steps == 0 and personal_passes < 1):
-    raise ValueError('Ditto needs personal_steps > 0 or personal_passes >= 1.')
-  initial_weights = model.initial_weights(server.seed)
-  if lambda_grid:
+    raise ValueError(f'--ditto_lambda_grid must hold values >= 0, got {list(lambda_grid)}.')
+  if hparams.personal_steps < 0 or (hparams.personal_steps == 0 and hparams.personal_epochs < 1):
+    raise ValueError('Ditto needs --ditto_personal_steps > 0 or --ditto_personal_epochs >= 1.')
+  return dataclasses.replace(hparams, lambda_grid=lambda_grid)
+
+
+def build(
+    model: model_spec.ModelSpec, hparams: Hparams = Hparams(),
+    options: common.Common = common.Common(),
+) -> process_lib.PersonalizedProcess:
+  """Builds Ditto; see the module docstring."""
+  hparams = _check(hparams)
+  initial_weights = model.initial_weights(options.seed)
+  if hparams.lambda_grid:
     new_client_state = lambda client_id, global_weights: collections.OrderedDict(
         model=global_weights, ditto_lambda=np.float32(UNSELECTED_LAMBDA)
     )
@@ -191,23 +176,13 @@ def build_ditto(
   else:
     new_client_state = lambda client_id, global_weights: global_weights
     personal_model = lambda personal_state: personal_state
-  return shared_model.build_process(
-      model,
-      initial_shared_weights=initial_weights,
-      personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
-      client_update_fn=lambda: build_client_update(
-          model.tff_model_fn,
-          ditto_lambda=ditto_lambda,
-          learning_rate=client_learning_rate,
-          personal_learning_rate=(
-              client_learning_rate if personal_learning_rate is None else personal_learning_rate
-          ),
-          personal_steps=personal_steps,
-          personal_passes=personal_passes,
-          lambda_grid=lambda_grid,
+  work = compose.ClientWork(
+      build_update=lambda: build_client_update(
+          model.tff_model_fn, hparams, options.client_learning_rate
       ),
-      assemble_fn=lambda global_weights, personal_state: personal_model(personal_state),
+      personal_type=compose.weights_type(new_client_state('', initial_weights)),
       # A new client's personal model starts from the current global model.
-      initial_personal_state_fn=new_client_state,
-      server=server,
+      initial_personal_state=new_client_state,
+      assemble=lambda global_weights, personal_state: personal_model(personal_state),
   )
+  return common.build_process(model, initial_weights, work, options)

@@ -11,24 +11,31 @@ personal state:
   evaluate: (<W@SERVER, {D*}@CLIENTS, {<>}@CLIENTS> -> {E}@CLIENTS)
     every client evaluates the global model W on its own data.
 
-It is built on `shared_model.build_process` (the orchestration FedPer and
-Ditto share), whose client computation takes an attack role and reports
-non-finite clients; numerically it is TFF's
-`tff.learning.algorithms.build_weighted_fed_avg` with SGD: a test checks the
-two bit for bit over three rounds.
+Numerically it is TFF's `tff.learning.algorithms.build_weighted_fed_avg`
+with SGD: a test checks the two bit for bit over three rounds.
 """
 
 import collections
+import dataclasses
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import shared_model
+from tff_personal.algorithms import common
 from tff_personal.models import model_spec
+from tff_personal.personal import compose
 from tff_personal.personal import process as process_lib
 from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
+
+
+@dataclasses.dataclass(frozen=True)
+class Hparams:
+  """FedAvg has no hyperparameters of its own (`common.Common` has the rest)."""
+
+
+CAPABILITIES = common.Capabilities(personal_state=False)
 
 
 def build_client_update(model_fn, learning_rate):
@@ -47,30 +54,21 @@ def build_client_update(model_fn, learning_rate):
         tf.subtract, global_weights.trainable, variables.trainable
     )
     nothing = collections.OrderedDict()
-    return shared_model.client_result(update, num_examples, nothing, nothing, model)
+    return compose.client_result(update, num_examples, nothing, nothing, model)
 
   return client_update
 
 
-def build_fedavg(
-    model: model_spec.ModelSpec,
-    *,
-    client_learning_rate: float,
-    server: shared_model.ServerOptions = shared_model.ServerOptions(),
+def build(
+    model: model_spec.ModelSpec, hparams: Hparams = Hparams(),
+    options: common.Common = common.Common(),
 ) -> process_lib.PersonalizedProcess:
-  """Builds FedAvg with client and server SGD; see the module docstring.
-
-  Args:
-    model: the task's model.
-    client_learning_rate: learning rate of the clients' SGD.
-    server: the server side (`shared_model.ServerOptions`).
-  """
-  return shared_model.build_process(
-      model,
-      initial_shared_weights=model.initial_weights(server.seed),
+  """Builds FedAvg; see the module docstring."""
+  del hparams  # None of its own.
+  work = compose.ClientWork(
+      build_update=lambda: build_client_update(model.tff_model_fn, options.client_learning_rate),
       personal_type=tff.StructType([]),
-      client_update_fn=lambda: build_client_update(model.tff_model_fn, client_learning_rate),
-      assemble_fn=lambda global_weights, personal_state: global_weights,
-      initial_personal_state_fn=lambda client_id, weights: collections.OrderedDict(),
-      server=server,
+      initial_personal_state=lambda client_id, weights: collections.OrderedDict(),
+      assemble=lambda global_weights, personal_state: global_weights,
   )
+  return common.build_process(model, model.initial_weights(options.seed), work, options)

@@ -1,21 +1,11 @@
-"""LINDT's dual model: a global and a local model intertwined layer by layer.
+"""LINDT: a global and a local model intertwined layer by layer (Lin et al. 2020).
 
 "LINDT: Tackling Negative Federated Learning with Local Adaptation" (Lin,
-Shou, Chen, Chen, Wu, arXiv 2011.11160). Our copy of the paper lacks its
-equations; these are the ones implemented.
-
-Each client holds a local model L (personal, parameters v) of the global
-model G's architecture (shared, parameters w). The models' blocks
-(`ModelSpec.blocks`) are applied one after the other; after every block m
-but the classifier, an attaching module feeds local block m+1 with
-
-  h^m = L^m + sigmoid(score) * G^m,   score = <G^m, L^m> / (||L^m|| sqrt(d_m)),
-
-computed per example over the flattened activations of size d_m (||L^m||
-floored at 1e-6): the scaled
-scalar projection of the global representation on the local one (a large
-angle gives a small score and a loose intertwinement). G's own forward pass
-does not see L.
+Shou, Chen, Chen, Wu, arXiv 2011.11160). Each client holds a local model L
+(personal, parameters v) of the global model G's architecture (shared,
+parameters w); attaching modules feed each of L's blocks with L's previous
+activation plus G's, gated by their agreement (`models.dual` gives the
+formula).
 
 Options (each measured in docs/results_nfl.md, "LINDT's options"):
 
@@ -42,7 +32,7 @@ Options (each measured in docs/results_nfl.md, "LINDT's options"):
     makes a better G.
   * `detach_when_blind` (on): G is detached as above, whatever
     `detach_global` says, when the server's DP noise would blind the NFL
-    detector (`nfl.detector.noise_to_signal` > 1 over the detector's window,
+    detector (`nfl.detection.noise_to_signal` > 1 over the detector's window,
     or over one round without the detector; known from z, C, K and the
     model size before round 1). The global model is then mostly noise, and
     dual training with L's loss reaching w diverged there.
@@ -55,9 +45,9 @@ predicts with L's logits.
 Modes:
   * `always`: dual training every round; a new client's L starts from the
     current global model; P = v.
-  * `on_detection`: FedAvg (G alone) until the NFL detector (`nfl.detector`,
-    in the server state) has raised its flag, then dual training; the flag
-    is broadcast with the weights. P = <model=v, dual_rounds>; until a
+  * `on_detection`: FedAvg (G alone) until the NFL detector
+    (`nfl.detection`, in the server state) has raised its flag, then dual
+    training; the flag is broadcast with the weights. P = <model=v, dual_rounds>; until a
     client's first dual round its L follows the global model it receives,
     so L starts from the current G. Stopping: `persist` (dual training
     every round once activated) or `after_one_round` (each client trains
@@ -79,10 +69,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_personal.algorithms import shared_model
+from tff_personal.algorithms import common
+from tff_personal.models import dual
 from tff_personal.models import model_spec
+from tff_personal.nfl import detection
+from tff_personal.personal import compose
 from tff_personal.personal import process as process_lib
-from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 MODES = ('always', 'on_detection')
@@ -90,268 +82,89 @@ STOPS = ('persist', 'after_one_round')
 
 
 @dataclasses.dataclass(frozen=True)
-class Intertwining:
-  """How the dual model attaches G to L (module docstring: our changes)."""
+class Hparams:
+  """LINDT's hyperparameters (the module docstring describes each).
 
+  Attributes:
+    mode: dual training every round (always), or FedAvg until the NFL
+      detector flags NFL (on_detection; needs the detector).
+    stop: on_detection: keep dual training once activated (persist), or give
+      each client one dual round (after_one_round).
+    attach_logits: attach G's logits to L's too (our change; off: the paper).
+    learn_gates: each attaching module's gate gets a learned personal offset.
+    own_global: each client predicts with L intertwined with the G its last
+      dual round left, not the current one.
+    match_scale: rescale the attached G^m to L^m's norm.
+    detach_global: L's loss does not train the global model.
+    detach_when_blind: detach G as detach_global does when the DP noise would
+      blind the NFL detector.
+  """
+
+  mode: str = common.hparam('always', choices=MODES)
+  stop: str = common.hparam('persist', choices=STOPS)
   attach_logits: bool = True
   learn_gates: bool = False
+  own_global: bool = False
   match_scale: bool = False
   detach_global: bool = False
+  detach_when_blind: bool = True
 
 
-class AttachingModule(tf.keras.layers.Layer):
-  """h = L + sigmoid(<G, L> / (||L|| sqrt(d)) + b) * G, per example.
-
-  b is 0 and no weight unless `learn_offset`: then a trainable scalar
-  (initialized to 0), one of the client's personal weights. With
-  `match_scale` the attached G is rescaled to L's norm first:
-  h = L + sigmoid(score + b) * (||L|| / ||G||) * G (the score unchanged).
-  With `detach_global` G enters as a constant: no gradient reaches G's
-  weights through the module.
-  """
-
-  def __init__(self, learn_offset: bool = False, match_scale: bool = False,
-               detach_global: bool = False, **kwargs):
-    super().__init__(**kwargs)
-    self.learn_offset = learn_offset
-    self.match_scale = match_scale
-    self.detach_global = detach_global
-
-  def build(self, input_shape):
-    if self.learn_offset:
-      self.offset = self.add_weight(name='offset', shape=[], initializer='zeros')
-
-  def gate(self, global_activation, local_activation):
-    """sigmoid(score (+ b)), one per example."""
-    flat_global, flat_local = _flat(global_activation), _flat(local_activation)
-    size = tf.cast(tf.shape(flat_local)[1], flat_local.dtype)
-    score = tf.reduce_sum(flat_global * flat_local, axis=1) / (_norm(flat_local) * tf.sqrt(size))
-    if self.learn_offset:
-      score += self.offset
-    return tf.sigmoid(score)
-
-  def call(self, inputs):
-    global_activation, local_activation = inputs
-    if self.detach_global:
-      global_activation = tf.stop_gradient(global_activation)
-    gate = self.gate(global_activation, local_activation)
-    if self.match_scale:
-      gate *= _norm(_flat(local_activation)) / _norm(_flat(global_activation))
-    gate = tf.reshape(gate, [-1] + [1] * (len(local_activation.shape) - 1))
-    return local_activation + gate * global_activation
+CAPABILITIES = common.Capabilities(personal_state=True)
 
 
-def _flat(activation):
-  return tf.reshape(activation, [tf.shape(activation)[0], -1])
-
-
-def _norm(flat_activation):
-  """Per-example norm, floored at 1e-6: it keeps the score and the scale (and
-  their gradients) finite when a ReLU zeroes an activation, whose products
-  are then 0 too."""
-  return tf.sqrt(tf.maximum(tf.reduce_sum(tf.square(flat_activation), axis=1), 1e-12))
-
-
-class LogitsSelector(tf.keras.layers.Layer):
-  """use_local * L's logits + (1 - use_local) * G's; use_local is a 0/1 weight."""
-
-  def build(self, input_shape):
-    self.use_local = self.add_weight(
-        name='use_local', shape=[], initializer='ones', trainable=False
-    )
-
-  def call(self, inputs):
-    global_logits, local_logits = inputs
-    return self.use_local * local_logits + (1.0 - self.use_local) * global_logits
-
-
-def _apply_blocks(model: tf.keras.Model, blocks, inputs):
-  outputs = []
-  h = inputs
-  for block in blocks:
-    for name in block:
-      h = model.get_layer(name)(h)
-    outputs.append(h)
-  return outputs
-
-
-def check_chain(spec: model_spec.ModelSpec) -> None:
-  """Raises ValueError unless the blocks, applied in order, are the model.
-
-  The attaching modules sit between blocks, so every block must take the
-  previous block's output alone (no skip connection across blocks), and
-  there must be at least two blocks.
-  """
-  if len(spec.blocks) < 2:
-    raise ValueError('LINDT needs a model with at least two blocks to attach.')
-  model = spec.build()
-  names = [layer.name for layer in model.layers if not isinstance(layer, tf.keras.layers.InputLayer)]
-  if names != [name for block in spec.blocks for name in block]:
-    raise ValueError(
-        'LINDT needs a model whose layers are its blocks in order, with no'
-        ' other layer; this model has no place for attaching modules.'
-    )
-  # Unknown dimensions (a sequence model's time) take 5 steps.
-  shape = [2] + [5 if d is None else d for d in model.input_shape[1:]]
-  x = tf.random.stateless_uniform(
-      shape, seed=[1, 2], maxval=3,
-      dtype=tf.float32 if model.input.dtype.is_floating else tf.int32,
+def _result(steps: dual.DualTraining, global_weights, num_examples, new_personal,
+            personal_state):
+  """The client's result: w's update leaves the client, v stays."""
+  update = tf.nest.map_structure(
+      tf.subtract, list(global_weights.trainable), list(steps.global_vars.trainable)
   )
-  chained = _apply_blocks(model, spec.blocks, x)[-1]
-  if not np.allclose(chained.numpy(), model(x).numpy(), atol=1e-5):
-    raise ValueError(
-        'LINDT needs a model whose blocks apply one after the other; this one'
-        ' has connections across blocks, with no place for attaching modules.'
-    )
-
-
-class DualModel:
-  """G, L and the Keras dual model over their layers."""
-
-  def __init__(self, spec: model_spec.ModelSpec, intertwining: Intertwining = Intertwining()):
-    self.global_model = spec.build()
-    self.local_model = spec.build()
-    local_layers = {layer.name: layer for layer in self.local_model.layers}
-    for name, layer in local_layers.items():
-      layer._name = f'local_{name}'  # pylint: disable=protected-access  # Unique in the dual model.
-    inputs = tf.keras.Input(
-        shape=self.global_model.input_shape[1:], dtype=self.global_model.input.dtype
-    )
-    global_h, local_h = inputs, inputs
-    last = len(spec.blocks) - 1
-    self.attaching_modules, attached = [], []
-    for index, block in enumerate(spec.blocks):
-      for name in block:
-        global_h = self.global_model.get_layer(name)(global_h)
-        local_h = local_layers[name](local_h)
-      if index < last or intertwining.attach_logits:
-        self.attaching_modules.append(AttachingModule(
-            intertwining.learn_gates, intertwining.match_scale, intertwining.detach_global,
-            name=f'attach_{index + 1}',
-        ))
-        attached.append((global_h, local_h))
-        local_h = self.attaching_modules[-1]([global_h, local_h])
-    self.dual = tf.keras.Model(inputs, [global_h, local_h])
-    # (G^m, L^m) at each attaching module, for `intertwinement`.
-    self.attached = tf.keras.Model(inputs, attached)
-    self.selector = LogitsSelector(name='select_logits')
-    self.predictor = tf.keras.Model(inputs, self.selector([global_h, local_h]))
-    # v: L's weights, then the learned gate offsets (if any).
-    self.personal_weights = ModelWeights(
-        trainable=list(self.local_model.trainable_weights)
-        + [module.offset for module in self.attaching_modules if module.learn_offset],
-        non_trainable=list(self.local_model.non_trainable_weights),
-    )
-
-  def intertwinement(self, x) -> list[tuple[float, float]]:
-    """Per attaching module over the examples x: the mean gate, and the mean
-    ||G^m|| over the mean ||L^m|| (how much of G enters L, and how large)."""
-    result = []
-    for module, (global_h, local_h) in zip(self.attaching_modules, self.attached(x)):
-      norm = lambda h: tf.reduce_mean(tf.norm(tf.reshape(h, [tf.shape(h)[0], -1]), axis=1))
-      result.append((float(tf.reduce_mean(module.gate(global_h, local_h))),
-                     float(norm(global_h) / norm(local_h))))
-    return result
-
-  def predictor_arrangement(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Where each predictor weight comes from, trainable and not:
-    (0: G, 1: L, 2: the selector's use_local; index)."""
-
-    def arrange(predictor_vars, global_vars, local_vars, selector_vars):
-      position = {v.ref(): (0, i) for i, v in enumerate(global_vars)}
-      position.update({v.ref(): (1, i) for i, v in enumerate(local_vars)})
-      position.update({v.ref(): (2, i) for i, v in enumerate(selector_vars)})
-      return [position[v.ref()] for v in predictor_vars]
-
-    return (
-        arrange(self.predictor.trainable_weights, self.global_model.trainable_weights,
-                self.personal_weights.trainable, []),
-        arrange(self.predictor.non_trainable_weights, self.global_model.non_trainable_weights,
-                self.personal_weights.non_trainable, [self.selector.use_local]),
-    )
-
-
-def build_client_update(spec: model_spec.ModelSpec, learning_rate: float, mode: str,
-                        stop: str, intertwining: Intertwining, own_global: bool = False):
-  """The client's round (module docstring) as a `tf.function`."""
-  models = DualModel(spec, intertwining)
-  loss_fn = spec.loss()
-  # G's training metrics, as FedAvg reports them, over G's own layers.
-  metrics_model = tff.learning.models.from_keras_model(
-      models.global_model, loss=spec.loss(), input_spec=spec.input_spec,
-      metrics=spec.metrics(),
+  return compose.client_result(
+      update, num_examples, new_personal, personal_state, steps.metrics_model
   )
-  global_vars = ModelWeights.from_model(metrics_model)
-  local_vars = models.personal_weights
-  num_offsets = len(local_vars.trainable) - len(models.local_model.trainable_weights)
-  trainable = list(global_vars.trainable) + list(local_vars.trainable)
 
-  def assign(variables, values):
-    tf.nest.map_structure(lambda v, w: v.assign(w), variables, values)
 
-  def dual_step(num_examples, batch):
-    x, y = batch
-    with tf.GradientTape() as tape:
-      global_logits, local_logits = models.dual(x, training=True)
-      loss = loss_fn(y, global_logits) + loss_fn(y, local_logits)
-    gradients = client_training.dense_gradients(tape.gradient(loss, trainable))
-    metrics_model.forward_pass(batch, training=False)  # Metrics of G, before the step.
-    for variable, gradient in zip(trainable, gradients):
-      variable.assign(variable - learning_rate * gradient)
-    return num_examples + tf.cast(tf.shape(y)[0], tf.int64)
-
-  def dual_training(dataset):
-    return client_training.reduce_batches(dataset, tf.constant(0, tf.int64), dual_step)
-
-  def global_training(dataset):  # FedAvg's client step, G alone.
-    return client_training.sgd_pass(metrics_model, dataset, global_vars.trainable, learning_rate)
-
-  def result(global_weights, num_examples, new_personal, personal_state):
-    update = tf.nest.map_structure(
-        tf.subtract, list(global_weights.trainable), list(global_vars.trainable)
-    )
-    return shared_model.client_result(
-        update, num_examples, new_personal, personal_state, metrics_model
-    )
-
-  def trained_global():
-    """w as this round's training left it (the G that L last trained with)."""
-    return tf.nest.map_structure(tf.identity, global_vars)
-
-  if mode == 'always':
-
-    @tf.function
-    def client_update(global_weights, personal_state, dataset):
-      assign(global_vars, global_weights)
-      assign(local_vars, personal_state['model'] if own_global else personal_state)
-      num_examples = dual_training(dataset)
-      new_personal = tf.nest.map_structure(tf.identity, local_vars)
-      if own_global:
-        new_personal = collections.OrderedDict(model=new_personal, global_model=trained_global())
-      return result(global_weights, num_examples, new_personal, personal_state)
-
-    return client_update
+def _always_update(steps: dual.DualTraining, own_global: bool):
+  """The client's round in `always` mode (module docstring)."""
 
   @tf.function
-  def client_update_on_detection(global_weights, personal_state, dataset, nfl_flag):
-    assign(global_vars, global_weights)
+  def client_update(global_weights, personal_state, dataset):
+    steps.assign(steps.global_vars, global_weights)
+    steps.assign(steps.local_vars, personal_state['model'] if own_global else personal_state)
+    num_examples = steps.dual_training(dataset)
+    new_personal = tf.nest.map_structure(tf.identity, steps.local_vars)
+    if own_global:
+      new_personal = collections.OrderedDict(
+          model=new_personal, global_model=steps.trained_global()
+      )
+    return _result(steps, global_weights, num_examples, new_personal, personal_state)
+
+  return client_update
+
+
+def _on_detection_update(steps: dual.DualTraining, stop: str, own_global: bool):
+  """The client's round in `on_detection` mode (module docstring)."""
+
+  @tf.function
+  def client_update(global_weights, personal_state, dataset, nfl_flag):
+    steps.assign(steps.global_vars, global_weights)
     dual_rounds = personal_state['dual_rounds']
     before_dual = tf.equal(dual_rounds, 0)
     # Until its first dual round, a client's L follows the global model
     # (and its gate offsets stay 0).
-    assign(local_vars, tf.nest.map_structure(
+    steps.assign(steps.local_vars, tf.nest.map_structure(
         lambda local, global_: tf.where(before_dual, global_, local),
-        personal_state['model'], with_zero_offsets(global_weights, num_offsets),
+        personal_state['model'], dual.with_zero_offsets(global_weights, steps.num_offsets),
     ))
     train_dual = tf.logical_and(
         tf.greater(nfl_flag, 0), tf.logical_or(stop == 'persist', before_dual)
     )
     if train_dual:
-      num_examples = dual_training(dataset)
+      num_examples = steps.dual_training(dataset)
     else:
-      num_examples = global_training(dataset)
+      num_examples = steps.global_training(dataset)
     new_personal = collections.OrderedDict(
-        model=tf.nest.map_structure(tf.identity, local_vars),
+        model=tf.nest.map_structure(tf.identity, steps.local_vars),
         dual_rounds=dual_rounds + tf.cast(train_dual, tf.int32),
     )
     if own_global:
@@ -360,39 +173,31 @@ def build_client_update(spec: model_spec.ModelSpec, learning_rate: float, mode: 
           lambda trained, received, kept: tf.where(
               train_dual, trained, tf.where(before_dual, received, kept)
           ),
-          trained_global(), global_weights, personal_state['global_model'],
+          steps.trained_global(), global_weights, personal_state['global_model'],
       )
-    return result(global_weights, num_examples, new_personal, personal_state)
+    return _result(steps, global_weights, num_examples, new_personal, personal_state)
 
-  return client_update_on_detection
+  return client_update
 
 
-def with_zero_offsets(weights: ModelWeights, num_offsets: int) -> ModelWeights:
-  """v of a client whose L is `weights` and whose gate offsets are 0."""
-  return ModelWeights(
-      trainable=list(weights.trainable) + [np.float32(0.0)] * num_offsets,
-      non_trainable=list(weights.non_trainable),
+def build_client_update(spec: model_spec.ModelSpec, learning_rate: float, hparams: Hparams,
+                        intertwining: dual.Intertwining):
+  """The client's round (module docstring) as a `tf.function`."""
+  steps = dual.DualTraining(spec, learning_rate, intertwining)
+  if hparams.mode == 'always':
+    return _always_update(steps, hparams.own_global)
+  return _on_detection_update(steps, hparams.stop, hparams.own_global)
+
+
+def resolve_intertwining(hparams: Hparams, options: common.Common,
+                         num_parameters: int) -> dual.Intertwining:
+  """The dual model's arrangement, with G detached when the server's DP noise
+  would blind the NFL detector (module docstring) if `detach_when_blind`."""
+  intertwining = dual.Intertwining(
+      hparams.attach_logits, hparams.learn_gates, hparams.match_scale, hparams.detach_global
   )
-
-
-def predictor_spec(spec: model_spec.ModelSpec,
-                   intertwining: Intertwining = Intertwining()) -> model_spec.ModelSpec:
-  """A ModelSpec whose model is the dual model's L output (for evaluation)."""
-  return model_spec.ModelSpec(
-      build=lambda: DualModel(spec, intertwining).predictor,
-      blocks=spec.blocks,
-      loss=spec.loss,
-      metrics=spec.metrics,
-      input_spec=spec.input_spec,
-  )
-
-
-def resolve_intertwining(intertwining: Intertwining, server: shared_model.ServerOptions,
-                         num_parameters: int, detach_when_blind: bool) -> Intertwining:
-  """`intertwining`, with G detached when the server's DP noise would blind
-  the NFL detector (module docstring) if `detach_when_blind`."""
-  blind = shared_model.dp_noise_to_signal(server, num_parameters) > 1
-  if detach_when_blind and blind and not intertwining.detach_global:
+  blind = options.noise_to_signal(num_parameters) > 1
+  if hparams.detach_when_blind and blind and not intertwining.detach_global:
     logging.info(
         "LINDT: the DP noise exceeds any divergence a round can show (noise_to_signal"
         " > 1); G is detached from L's loss."
@@ -401,69 +206,18 @@ def resolve_intertwining(intertwining: Intertwining, server: shared_model.Server
   return intertwining
 
 
-def build_lindt(
-    model: model_spec.ModelSpec,
-    *,
-    client_learning_rate: float,
-    server: shared_model.ServerOptions = shared_model.ServerOptions(),
-    mode: str = 'always',
-    stop: str = 'persist',
-    attach_logits: bool = True,
-    learn_gates: bool = False,
-    own_global: bool = False,
-    match_scale: bool = False,
-    detach_global: bool = False,
-    detach_when_blind: bool = True,
-) -> process_lib.PersonalizedProcess:
-  """Builds LINDT's dual model; see the module docstring.
-
-  Args:
-    model: the task's model (its blocks must apply one after the other).
-    client_learning_rate: the SGD rate of w and v.
-    server: the server side (`shared_model.ServerOptions`).
-    mode: 'always' or 'on_detection' (needs `server.nfl_detector`).
-    stop: on detection, 'persist' or 'after_one_round'.
-    attach_logits: an attaching module on the logits too (module docstring).
-    learn_gates: each attaching module's gate gets a learned personal offset
-      (module docstring).
-    own_global: each client keeps the G its last dual round left and predicts
-      with L intertwined with it (module docstring).
-    match_scale: the attached G^m is rescaled to L^m's norm (module docstring).
-    detach_global: L's loss does not reach w (module docstring).
-    detach_when_blind: detach_global when the server's DP noise would blind
-      the NFL detector (module docstring).
-
-  Raises:
-    ValueError: if the model has no place for attaching modules, or for an
-      unknown mode or stop, or on_detection without a detector.
-  """
-  if mode not in MODES or stop not in STOPS:
-    raise ValueError(f'mode must be in {MODES} and stop in {STOPS}, got {mode!r}, {stop!r}.')
-  if mode == 'on_detection' and server.nfl_detector is None:
-    raise ValueError("LINDT's on_detection mode needs the NFL detector.")
-  check_chain(model)
-  initial_weights = model.initial_weights(server.seed)
-  intertwining = resolve_intertwining(
-      Intertwining(attach_logits, learn_gates, match_scale, detach_global), server,
-      sum(np.size(w) for w in initial_weights.trainable), detach_when_blind,
-  )
-  with tf.Graph().as_default():
-    dual_model = DualModel(model, intertwining)
-    trainable_order, non_trainable_order = dual_model.predictor_arrangement()
-    num_offsets = len(dual_model.personal_weights.trainable) - len(
-        dual_model.local_model.trainable_weights
-    )
+def _assemble_fn(hparams: Hparams, trainable_order, non_trainable_order):
+  """(W, P) -> the predictor's weights (W, v, use_local) in its order."""
 
   def assemble(global_weights, personal_state):
-    """(W, v, use_local) in the predictor's weight order."""
-    if mode == 'always' and not own_global:
+    if hparams.mode == 'always' and not hparams.own_global:
       local_weights, use_local = personal_state, tf.constant(1.0)
-    elif mode == 'always':
+    elif hparams.mode == 'always':
       local_weights, use_local = personal_state['model'], tf.constant(1.0)
     else:
       local_weights = personal_state['model']
       use_local = tf.cast(personal_state['dual_rounds'] > 0, tf.float32)
-    if own_global:  # Never-dual clients (use_local 0) keep the current G.
+    if hparams.own_global:  # Never-dual clients (use_local 0) keep the current G.
       global_weights = tf.nest.map_structure(
           lambda own, current: tf.where(use_local > 0, own, current),
           personal_state['global_model'], global_weights,
@@ -477,32 +231,68 @@ def build_lindt(
         non_trainable=[sources[1][s][i] for s, i in non_trainable_order],
     )
 
+  return assemble
+
+
+def _new_client_state_fn(hparams: Hparams, num_offsets: int):
+  """(client id, W) -> the personal state of a new client."""
+
   def new_client_state(client_id, global_weights):
     del client_id  # Every new client starts alike.
-    local_weights = with_zero_offsets(global_weights, num_offsets)
-    if mode == 'always' and not own_global:
+    local_weights = dual.with_zero_offsets(global_weights, num_offsets)
+    if hparams.mode == 'always' and not hparams.own_global:
       return local_weights
     state = collections.OrderedDict(model=local_weights)
-    if mode == 'on_detection':
+    if hparams.mode == 'on_detection':
       state['dual_rounds'] = np.int32(0)
-    if own_global:
+    if hparams.own_global:
       state['global_model'] = global_weights
     return state
 
-  return shared_model.build_process(
-      model,
-      initial_shared_weights=initial_weights,
-      personal_type=shared_model.weights_type(new_client_state('', initial_weights)),
-      client_update_fn=lambda: build_client_update(
-          model, client_learning_rate, mode, stop, intertwining, own_global
+  return new_client_state
+
+
+def build(
+    model: model_spec.ModelSpec, hparams: Hparams = Hparams(),
+    options: common.Common = common.Common(),
+) -> process_lib.PersonalizedProcess:
+  """Builds LINDT's dual model; see the module docstring.
+
+  Raises:
+    ValueError: if the model has no place for attaching modules, or for an
+      unknown mode or stop, or on_detection without a detector.
+  """
+  if hparams.mode not in MODES or hparams.stop not in STOPS:
+    raise ValueError(
+        f'--lindt_mode must be in {MODES} and --lindt_stop in {STOPS}, got'
+        f' {hparams.mode!r}, {hparams.stop!r}.'
+    )
+  if hparams.mode == 'on_detection' and options.nfl_detector is None:
+    raise ValueError('--lindt_mode=on_detection needs the NFL detector: add --nfl_detection.')
+  dual.check_chain(model)
+  initial_weights = model.initial_weights(options.seed)
+  intertwining = resolve_intertwining(
+      hparams, options, sum(np.size(w) for w in initial_weights.trainable)
+  )
+  with tf.Graph().as_default():
+    dual_model = dual.DualModel(model, intertwining)
+    trainable_order, non_trainable_order = dual_model.predictor_arrangement()
+    num_offsets = len(dual_model.personal_weights.trainable) - len(
+        dual_model.local_model.trainable_weights
+    )
+  new_client_state = _new_client_state_fn(hparams, num_offsets)
+  work = compose.ClientWork(
+      build_update=lambda: build_client_update(
+          model, options.client_learning_rate, hparams, intertwining
       ),
-      assemble_fn=assemble,
-      initial_personal_state_fn=new_client_state,
-      server=server,
+      personal_type=compose.weights_type(new_client_state('', initial_weights)),
+      initial_personal_state=new_client_state,
+      assemble=_assemble_fn(hparams, trainable_order, non_trainable_order),
       # Detaching changes no forward pass; the predictor (and so fine-tuning
       # before evaluation) keeps G's gradient through the modules.
-      evaluation_model=predictor_spec(
+      evaluation_model=dual.predictor_spec(
           model, dataclasses.replace(intertwining, detach_global=False)
       ),
-      client_takes_nfl_flag=mode == 'on_detection',
+      input_from=detection.NAME if hparams.mode == 'on_detection' else None,
   )
+  return common.build_process(model, initial_weights, work, options)

@@ -49,7 +49,7 @@ standard deviation sqrt(2 d) s^2, the cross term 2 <Delta_bar, n> at most
 most C^2 (every clipped ||Delta_i|| <= C), K/(K-1) C^2 corrected. At z = 1,
 C = 1, K = 10 that noise is 3.4x (65,322 weights, Shakespeare's char RNN) to
 6x (215,370, the fmnist CNN) the largest D a round: no threshold can tell
-divergence from noise, and `shared_model` logs a warning when the ratio over
+divergence from noise, and `nfl.detection` logs a warning when the ratio over
 a window exceeds 1.
 
 A blind detector flags (`flag_when_blind`, on by default; our addition):

@@ -16,7 +16,7 @@ LINDT, APFL and Local all need that, so every algorithm of tff_personal is a
   finetuned_evaluation(learning_rate): the same clients' models fine-tuned
      on their own training data first (`evaluation.per_client`).
 
-Processes on `algorithms.shared_model` and Local also offer `split_round`:
+Composed processes (`personal.compose`: every algorithm) also offer `split_round`:
 the same round as two calls, for runtimes that would otherwise train the
 clients twice (`SplitRound`, `build_round`).
 

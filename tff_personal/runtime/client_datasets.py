@@ -12,7 +12,7 @@ round take keys instead, and each client reads its examples where it runs:
     becomes (<S@SERVER, {<data=K,role=int32,seed=int64>}@CLIENTS, {P}@CLIENTS> -> R)
 
 The first form is what `tff.simulation.compose_dataset_computation_with_computation`
-does; the second keeps the attack roles of `algorithms.shared_model` beside
+does; the second keeps the attack roles of `personal.compose` beside
 the data. Same keys, same batches, same results (tested).
 
 `without_autotuning` turns tf.data's autotuning off for the datasets that

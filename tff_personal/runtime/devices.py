@@ -30,8 +30,6 @@ context runs a trivial one at start-up (`context.probe_devices`).
 import re
 from typing import Mapping, Optional, Sequence
 
-from absl import flags
-
 DEVICES = ('auto', 'cpu', 'gpu')
 
 _REPORT = re.compile(r'Found devices: \[([^\]]*)\]')
@@ -44,21 +42,6 @@ CUDA_BUILD_HINT = (
     ' `bazel build --config=cuda //tensorflow_federated/cc/simulation:worker_binary`'
     ' at tag v0.87.0 and pass it as --worker_binary (README, "GPU").'
 )
-
-
-def define_flags(where: str = '') -> tuple[flags.FlagHolder, flags.FlagHolder]:
-  """Defines `--device` and `--worker_binary` for a binary; `where` ends their help."""
-  device = flags.DEFINE_enum(
-      'device', 'auto', DEVICES,
-      'What the TFF worker trains on: auto (what it finds), cpu (GPUs hidden), gpu'
-      ' (exit 2 at start-up unless it finds a GPU; needs a CUDA build of the worker,'
-      f' --worker_binary).{where}',
-  )
-  binary = flags.DEFINE_string(
-      'worker_binary', None,
-      f"TFF's C++ worker binary (e.g. a CUDA build); default: the TFF wheel's.{where}",
-  )
-  return device, binary
 
 
 class DeviceError(RuntimeError):

@@ -37,6 +37,42 @@ def sgd_pass(
   return reduce_batches(dataset, tf.constant(0, tf.int64), step)
 
 
+def proximal_sgd_pass(model, dataset, variables, anchor, learning_rate, strength):
+  """One pass of SGD on F(v) + strength/2 ||v - anchor||^2; returns #examples.
+
+  The step is v <- v - learning_rate * (grad F(v) + strength * (v - anchor)):
+  Ditto's personal step (strength lambda) and FedProx's (mu). Call inside a
+  `tf.function`.
+  """
+  variables = list(variables)
+
+  def step(num_examples, batch):
+    with tf.GradientTape() as tape:
+      output = model.forward_pass(batch, training=True)
+    gradients = dense_gradients(tape.gradient(output.loss, variables))
+    for variable, gradient, center in zip(variables, gradients, anchor):
+      variable.assign(variable - learning_rate * (gradient + strength * (variable - center)))
+    return num_examples + tf.cast(output.num_examples, tf.int64)
+
+  return reduce_batches(dataset, tf.constant(0, tf.int64), step)
+
+
+def mean_loss(model, dataset):
+  """The example-weighted mean loss of `model` over `dataset` (0 if empty); no step.
+
+  Call inside a `tf.function`. The model's metrics accumulate the pass.
+  """
+
+  def accumulate(totals, batch):
+    output = model.forward_pass(batch, training=False)
+    n = tf.cast(output.num_examples, tf.float32)
+    return totals[0] + output.loss * n, totals[1] + n
+
+  zero = tf.constant(0.0)
+  total, count = reduce_batches(dataset, (zero, zero), accumulate)
+  return tf.math.divide_no_nan(total, count)
+
+
 def reduce_batches(dataset: tf.data.Dataset, initial_state, step_fn):
   """`dataset.reduce(initial_state, step_fn)`, as a loop over the batches.
 

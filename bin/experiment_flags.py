@@ -1,19 +1,27 @@
 """The absl flags of an experiment and the driver steps built on them.
 
-Shared by the binaries in bin/; only drivers import this module (importing it
-defines the flags). Flags are grouped by prefix: `client_`, `server_`,
-`eval_`, and the data flags of the tasks. The module imports TensorFlow only
-inside the driver steps. `exit_on_errors` turns bad input into a one-line
-error and exit code 2.
+Shared by the binaries in bin/ (`import experiment_flags`); the library
+takes plain values, and only this module and bin/device_flags.py define
+flags. Importing it defines the flags: grouped by prefix (`client_`,
+`server_`, `eval_`, `aggregator_`, `attack_`, `dp_`, `nfl_` and the tasks'
+data flags) and, for each algorithm of the registry, one flag
+`--<algorithm>_<field>` per field of its `Hparams`, whose type, default,
+bounds and help (its `Attributes:` docstring) come from the dataclass. The
+module imports TensorFlow only inside the driver steps. `exit_on_errors`
+turns bad input into a one-line error and exit code 2.
 """
 
 import contextlib
+import dataclasses
 import os
+import re
 import sys
+import typing
 from typing import Any, NamedTuple, NoReturn, Optional
 
 from absl import flags
 
+import device_flags  # bin/device_flags.py
 from tff_personal.aggregators import names as aggregator_names
 from tff_personal.algorithms import registry as algorithm_registry
 from tff_personal.attacks import roles as attack_roles
@@ -46,128 +54,6 @@ SERVER_LEARNING_RATE = flags.DEFINE_float(
 POPULATION = flags.DEFINE_integer(
     'population', 0, 'Use only a fixed seeded subset of this many clients; 0 = all.',
     lower_bound=0,
-)
-
-# FedPer (Arivazhagan et al. 2019).
-FEDPER_PERSONAL_LAYERS = flags.DEFINE_integer(
-    'fedper_personal_layers', None,
-    'FedPer K_P: top blocks kept personal (classifier = block 1); default: the'
-    " task's.", lower_bound=0,
-)
-FEDPER_FINETUNE_EPOCHS = flags.DEFINE_integer(
-    'fedper_finetune_epochs', 0,
-    'FedPer: personal-only passes over the round data (each --client_epochs'
-    ' epochs) before training, base frozen.', lower_bound=0,
-)
-FEDPER_LINEAR_BASE = flags.DEFINE_bool(
-    'fedper_linear_base', False, 'FedPer ablation: the base is one linear layer.'
-)
-
-# Ditto (Li et al. 2021) and FedProx (Li et al. 2020).
-DITTO_LAMBDA = flags.DEFINE_float(
-    'ditto_lambda', 0.1, 'Ditto: pull of personal models to the global model.',
-    lower_bound=0.0,
-)
-DITTO_LAMBDA_GRID = flags.DEFINE_list(
-    'ditto_lambda_grid', [],
-    'Ditto: per-client lambda, chosen at a client\'s first participation from'
-    ' these candidates by validation loss on a fifth of its round data'
-    ' (overrides --ditto_lambda); e.g. 0.05,0.1,0.2 under strong attacks,'
-    ' 0.1,1,2 otherwise (Li et al. 2021).',
-)
-
-
-def _is_lambda_grid(values: list[str]) -> bool:
-  try:
-    return all(float(v) >= 0 for v in values)
-  except ValueError:
-    return False
-
-
-flags.register_validator(
-    'ditto_lambda_grid', _is_lambda_grid,
-    message='--ditto_lambda_grid must be a comma-separated list of numbers >= 0.',
-)
-DITTO_PERSONAL_LEARNING_RATE = flags.DEFINE_float(
-    'ditto_personal_learning_rate', None,
-    "Ditto: personal SGD learning rate; default: --client_learning_rate.",
-    lower_bound=0.0,
-)
-DITTO_PERSONAL_STEPS = flags.DEFINE_integer(
-    'ditto_personal_steps', 0,
-    'Ditto: personal SGD steps a round; 0: --ditto_personal_epochs passes.',
-    lower_bound=0,
-)
-DITTO_PERSONAL_EPOCHS = flags.DEFINE_integer(
-    'ditto_personal_epochs', 1,
-    'Ditto: personal passes over the round data (each --client_epochs epochs).',
-    lower_bound=1,
-)
-FEDPROX_MU = flags.DEFINE_float(
-    'fedprox_mu', 0.01, 'FedProx: proximal strength mu.', lower_bound=0.0
-)
-
-# Aggregation of the shared update (every algorithm with a global model).
-# LINDT (Lin et al. 2020): the dual model.
-LINDT_MODE = flags.DEFINE_enum(
-    'lindt_mode', 'always', ['always', 'on_detection'],
-    'LINDT: dual training every round, or FedAvg until the NFL detector flags'
-    ' NFL (needs --nfl_detection).',
-)
-LINDT_STOP = flags.DEFINE_enum(
-    'lindt_stop', 'persist', ['persist', 'after_one_round'],
-    'LINDT on_detection: keep dual training once activated, or give each'
-    ' client one dual round.',
-)
-LINDT_ATTACH_LOGITS = flags.DEFINE_bool(
-    'lindt_attach_logits', True,
-    "LINDT: an attaching module on the logits too (L's logits + sigmoid(score) x"
-    " G's; our change, algorithms/lindt.py says what it measured); False: only"
-    ' between hidden blocks, as the paper.',
-)
-LINDT_LEARN_GATES = flags.DEFINE_bool(
-    'lindt_learn_gates', False,
-    "LINDT: each attaching module's gate is sigmoid(score + b), b a personal"
-    ' scalar learned with the local model (our change; algorithms/lindt.py);'
-    " False: the paper's sigmoid(score).",
-)
-LINDT_OWN_GLOBAL = flags.DEFINE_bool(
-    'lindt_own_global', False,
-    'LINDT: each client keeps the global model as its last dual round left it'
-    ' and predicts with L intertwined with that copy, the G that L was trained'
-    ' with (our change; algorithms/lindt.py); False: with the current global model.',
-)
-LINDT_MATCH_SCALE = flags.DEFINE_bool(
-    'lindt_match_scale', False,
-    "LINDT: the attached G^m is rescaled to L^m's norm, h = L + gate x"
-    ' (||L|| / ||G||) x G (our change; algorithms/lindt.py); False: G at its'
-    ' own scale, as the paper.',
-)
-LINDT_DETACH_GLOBAL = flags.DEFINE_bool(
-    'lindt_detach_global', False,
-    "LINDT: the global model enters L's layers as a constant, so w is trained on"
-    " G's loss alone, as FedAvg's (our change; algorithms/lindt.py); False: the"
-    " gradient of L's loss reaches w through the attaching modules, as the paper.",
-)
-LINDT_DETACH_WHEN_BLIND = flags.DEFINE_bool(
-    'lindt_detach_when_blind', True,
-    "LINDT: detach G from L's loss (as --lindt_detach_global) when the DP noise"
-    ' would blind the NFL detector (noise_to_signal > 1, with or without'
-    ' --nfl_detection; our change, algorithms/lindt.py: dual training on a'
-    ' noise-dominated G diverged).',
-)
-
-# APFL (Deng, Kamani, Mahdavi 2020).
-APFL_ALPHA = flags.DEFINE_float(
-    'apfl_alpha', 0.5, "APFL: a new client's mixing weight of its personal model.",
-    lower_bound=0.0, upper_bound=1.0,
-)
-APFL_ADAPTIVE_ALPHA = flags.DEFINE_bool(
-    'apfl_adaptive_alpha', True, "APFL: learn each client's alpha by SGD."
-)
-APFL_ALPHA_LEARNING_RATE = flags.DEFINE_float(
-    'apfl_alpha_learning_rate', None,
-    "APFL: alpha's SGD rate; default: --client_learning_rate.", lower_bound=0.0,
 )
 
 AGGREGATOR = flags.DEFINE_enum(
@@ -274,8 +160,8 @@ flags.register_validator(
 # Negative Federated Learning detection (LINDT, Lin et al. 2020), nfl/detector.py.
 NFL_DETECTION = flags.DEFINE_bool(
     'nfl_detection', False,
-    'Run the NFL detector in the server update (fedavg, fedper, ditto): w_div'
-    ' and the flag are metrics every round.',
+    'Run the NFL detector in the server update (any algorithm): w_div and the'
+    ' flag are metrics every round.',
 )
 NFL_WARMUP_ROUNDS = flags.DEFINE_integer(
     'nfl_warmup_rounds', 5, 'NFL detector: rounds before any flag.', lower_bound=0
@@ -348,7 +234,7 @@ SPLIT_ROUNDS = flags.DEFINE_boolean(
     ' --nosplit_rounds calls `next`, which TFF 0.87 runs on several workers with'
     ' every client trained twice and only aggregates returned. Not part of the run.',
 )
-DEVICE, WORKER_BINARY = devices.define_flags(
+DEVICE, WORKER_BINARY = device_flags.define_device_flags(
     ' Local runs only: with --workers, set it on each bin/worker.py. Not part of the run.'
 )
 
@@ -389,6 +275,87 @@ SEQUENCE_LENGTH = flags.DEFINE_integer(
     'sequence_length', 0, 'Tokens per example of text tasks; 0 = task default.', lower_bound=0
 )
 
+
+
+def _attribute_help(docstring: str) -> dict[str, str]:
+  """{attribute: its text} from a Google-style `Attributes:` section."""
+  section = docstring.split('Attributes:', 1)[1] if 'Attributes:' in docstring else ''
+  found, name = {}, None
+  for line in section.splitlines():
+    match = re.match(r'^\s{4}(\w+): (.*)$', line)
+    if match:
+      name = match.group(1)
+      found[name] = match.group(2)
+    elif name and line.strip():
+      found[name] += ' ' + line.strip()
+  return found
+
+
+def _is_number_list(lower):
+  def check(values):
+    try:
+      return all(lower is None or float(v) >= lower for v in values)
+    except ValueError:
+      return False
+  return check
+
+
+def _define_hparam_flag(flag_name: str, field: dataclasses.Field, text: str):
+  """The absl flag of one `Hparams` field (module docstring)."""
+  kind = field.type
+  if typing.get_origin(kind) is typing.Union:  # Optional[X]
+    kind = next(a for a in typing.get_args(kind) if a is not type(None))
+  meta = field.metadata
+  bounds = {'lower_bound': meta.get('lower'), 'upper_bound': meta.get('upper')}
+  if meta.get('choices'):
+    return flags.DEFINE_enum(flag_name, field.default, meta['choices'], text)
+  if kind is bool:
+    return flags.DEFINE_bool(flag_name, field.default, text)
+  if kind is int:
+    return flags.DEFINE_integer(flag_name, field.default, text, **bounds)
+  if kind is float:
+    return flags.DEFINE_float(flag_name, field.default, text, **bounds)
+  if typing.get_origin(kind) is tuple:
+    holder = flags.DEFINE_list(flag_name, list(map(str, field.default)), text)
+    bound = f' >= {meta["lower"]}' if meta.get('lower') is not None else ''
+    flags.register_validator(
+        flag_name, _is_number_list(meta.get('lower')),
+        message=f'--{flag_name} must be a comma-separated list of numbers{bound}.',
+    )
+    return holder
+  raise TypeError(f'No flag type for {flag_name}: {field.type}')
+
+
+def _define_algorithm_flags() -> dict[str, dict[str, flags.FlagHolder]]:
+  """{algorithm: {Hparams field: its flag}} for every registered algorithm."""
+  holders = {}
+  for name in algorithm_registry.ALGORITHM_NAMES:
+    hparams = algorithm_registry.module(name).Hparams
+    texts = _attribute_help(hparams.__doc__ or '')
+    holders[name] = {
+        field.name: _define_hparam_flag(
+            f'{name}_{field.name.rstrip("_")}', field, f'{name}: {texts.get(field.name, "")}'
+        )
+        for field in dataclasses.fields(hparams)
+    }
+  return holders
+
+
+ALGORITHM_FLAGS = _define_algorithm_flags()
+
+
+def hparams():
+  """The `Hparams` of --algorithm from its flags."""
+  module = algorithm_registry.module(ALGORITHM.value)
+  values = {}
+  for field in dataclasses.fields(module.Hparams):
+    value = ALGORITHM_FLAGS[ALGORITHM.value][field.name].value
+    if isinstance(value, list):
+      value = tuple(float(v) for v in value)
+    values[field.name] = value
+  return module.Hparams(**values)
+
+
 # The flags that define a run (a resumed run must agree on them, except the
 # cadence of evaluation and checkpoints and the number of rounds).
 _RUN_FLAGS = (
@@ -397,16 +364,11 @@ _RUN_FLAGS = (
     ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
     CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
-    STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH, FEDPER_PERSONAL_LAYERS,
-    FEDPER_FINETUNE_EPOCHS, FEDPER_LINEAR_BASE, DITTO_LAMBDA,
-    DITTO_PERSONAL_LEARNING_RATE, DITTO_PERSONAL_STEPS, DITTO_PERSONAL_EPOCHS,
-    FEDPROX_MU, AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
+    STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH,
+    *(holder for by_field in ALGORITHM_FLAGS.values() for holder in by_field.values()),
+    AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
-    AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST,
-    DITTO_LAMBDA_GRID, LINDT_MODE, LINDT_STOP, LINDT_ATTACH_LOGITS, LINDT_LEARN_GATES,
-    LINDT_OWN_GLOBAL, LINDT_MATCH_SCALE, LINDT_DETACH_GLOBAL, LINDT_DETACH_WHEN_BLIND,
-    APFL_ALPHA, APFL_ADAPTIVE_ALPHA,
-    APFL_ALPHA_LEARNING_RATE, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
+    AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_NOISE_SEED, DP_DELTA,
     NFL_DETECTION,
     NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, NFL_FLAG_WHEN_BLIND,
@@ -419,16 +381,13 @@ class UsageError(Exception):
   """Bad input; the message names the flag and what is allowed."""
 
 
-_program_name = 'tff_personal'
-
-
 def exit_with_error(message: str, code: int = 2) -> NoReturn:
   """Prints `<program>: error: <message>` on one line and exits with `code`.
 
   Code 2 (the default) is bad input; a run that fails (diverges) uses 1.
   """
   print(
-      f'{_program_name}: error: {" ".join(str(message).split())}',
+      f'{os.path.basename(sys.argv[0])}: error: {" ".join(str(message).split())}',
       file=sys.stderr,
       flush=True,
   )
@@ -441,8 +400,6 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
   TensorFlow's and TFF's INFO lines stay hidden unless --verbosity is given
   (`runtime.log_levels`).
   """
-  global _program_name
-  _program_name = os.path.basename(argv[0])
   try:
     remaining = flags.FLAGS(argv)
   except flags.Error as e:
@@ -470,45 +427,29 @@ def task_options() -> task_options_lib.TaskOptions:
   )
 
 
-def algorithm_options() -> algorithm_registry.AlgorithmOptions:
-  return algorithm_registry.AlgorithmOptions(
+def setup(dp_noise_multiplier: float = 0.0) -> algorithm_registry.Setup:
+  """The algorithm registry's `Setup` of the flags (DP's noise as resolved)."""
+  return algorithm_registry.Setup(
       client_learning_rate=CLIENT_LEARNING_RATE.value,
       server_learning_rate=SERVER_LEARNING_RATE.value,
       seed=SEED.value,
-      fedper_personal_layers=FEDPER_PERSONAL_LAYERS.value,
-      fedper_finetune_epochs=FEDPER_FINETUNE_EPOCHS.value,
-      fedper_linear_base=FEDPER_LINEAR_BASE.value,
-      ditto_lambda=DITTO_LAMBDA.value,
-      ditto_lambda_grid=tuple(float(v) for v in DITTO_LAMBDA_GRID.value),
-      ditto_personal_learning_rate=DITTO_PERSONAL_LEARNING_RATE.value,
-      ditto_personal_steps=DITTO_PERSONAL_STEPS.value,
-      ditto_personal_epochs=DITTO_PERSONAL_EPOCHS.value,
-      fedprox_mu=FEDPROX_MU.value,
-      lindt_mode=LINDT_MODE.value,
-      lindt_stop=LINDT_STOP.value,
-      lindt_attach_logits=LINDT_ATTACH_LOGITS.value,
-      lindt_learn_gates=LINDT_LEARN_GATES.value,
-      lindt_own_global=LINDT_OWN_GLOBAL.value,
-      lindt_match_scale=LINDT_MATCH_SCALE.value,
-      lindt_detach_global=LINDT_DETACH_GLOBAL.value,
-      lindt_detach_when_blind=LINDT_DETACH_WHEN_BLIND.value,
-      apfl_alpha=APFL_ALPHA.value,
-      apfl_adaptive_alpha=APFL_ADAPTIVE_ALPHA.value,
-      apfl_alpha_learning_rate=APFL_ALPHA_LEARNING_RATE.value,
-      aggregator=AGGREGATOR.value,
       clients_per_round=CLIENTS_PER_ROUND.value,
+      total_rounds=TOTAL_ROUNDS.value,
+      aggregator=AGGREGATOR.value,
       aggregator_num_adversaries=AGGREGATOR_NUM_ADVERSARIES.value,
       aggregator_trim_fraction=AGGREGATOR_TRIM_FRACTION.value,
       aggregator_num_selected=AGGREGATOR_NUM_SELECTED.value,
       aggregator_k=AGGREGATOR_K.value,
       aggregator_clip_norm=AGGREGATOR_CLIP_NORM.value,
       aggregator_target_quantile=AGGREGATOR_TARGET_QUANTILE.value,
+      attack=ATTACK.value,
+      attack_fraction=ATTACK_FRACTION.value,
       attack_boost=ATTACK_BOOST.value,
       dp_clip_norm=DP_CLIP_NORM.value,
       dp_adaptive_clipping=DP_ADAPTIVE_CLIPPING.value,
       dp_initial_clip_norm=DP_INITIAL_CLIP_NORM.value,
       dp_target_quantile=DP_TARGET_QUANTILE.value,
-      dp_noise_multiplier=_DP.noise_multiplier if _DP else 0.0,
+      dp_noise_multiplier=dp_noise_multiplier,
       dp_noise_seed=DP_NOISE_SEED.value,
       nfl_detection=NFL_DETECTION.value,
       nfl_warmup_rounds=NFL_WARMUP_ROUNDS.value,
@@ -519,8 +460,22 @@ def algorithm_options() -> algorithm_registry.AlgorithmOptions:
   )
 
 
-def training_config():
-  """The `training_loop.TrainingConfig` of the flags."""
+class DpSettings(NamedTuple):
+  """The noise multiplier and delta a DP run uses (resolved from the flags)."""
+
+  noise_multiplier: float
+  delta: float
+
+
+class Algorithm(NamedTuple):
+  """The process of the flags and the DP it was built with (None: no DP)."""
+
+  process: Any
+  dp: Optional[DpSettings]
+
+
+def training_config(dp: Optional[DpSettings] = None):
+  """The `training_loop.TrainingConfig` of the flags, with DP's resolved noise."""
   from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
 
   return training_loop.TrainingConfig(
@@ -536,9 +491,9 @@ def training_config():
       seed=SEED.value,
       attack=ATTACK.value,
       attack_fraction=ATTACK_FRACTION.value,
-      dp_noise_multiplier=_DP.noise_multiplier if _DP else None,
-      dp_delta=_DP.delta if _DP else None,
-      dp_with_detector=bool(_DP) and NFL_DETECTION.value,
+      dp_noise_multiplier=dp.noise_multiplier if dp else None,
+      dp_delta=dp.delta if dp else None,
+      dp_with_detector=bool(dp) and NFL_DETECTION.value,
       finetune_epochs=FINETUNE_EPOCHS.value,
       finetune_learning_rate=(
           CLIENT_LEARNING_RATE.value
@@ -552,12 +507,12 @@ def experiment_name() -> str:
   return EXPERIMENT_NAME.value or f'{TASK.value}_{ALGORITHM.value}_seed{SEED.value}'
 
 
-def run_config() -> dict[str, Any]:
+def run_config(dp: Optional[DpSettings] = None) -> dict[str, Any]:
   """The flags that define the run, by name (and DP's resolved noise and delta)."""
   config = {holder.name: holder.value for holder in _RUN_FLAGS}
-  if _DP:
-    config['dp_resolved_noise_multiplier'] = _DP.noise_multiplier
-    config['dp_resolved_delta'] = _DP.delta
+  if dp:
+    config['dp_resolved_noise_multiplier'] = dp.noise_multiplier
+    config['dp_resolved_delta'] = dp.delta
   return config
 
 
@@ -702,84 +657,6 @@ def build_task(check_sampling: bool = True):
   return task
 
 
-def _check_aggregator_flags() -> None:
-  name, clients = AGGREGATOR.value, CLIENTS_PER_ROUND.value
-  if name == 'mean':
-    return
-  if ALGORITHM.value not in algorithm_registry.AGGREGATING_ALGORITHMS:
-    raise UsageError(
-        f'--aggregator={name}: --algorithm={ALGORITHM.value} aggregates no'
-        ' update; allowed with: '
-        + ', '.join(algorithm_registry.AGGREGATING_ALGORITHMS) + '.'
-    )
-  adversaries = AGGREGATOR_NUM_ADVERSARIES.value
-  if name in ('krum', 'multi_krum') and clients <= 2 * adversaries + 2:
-    raise UsageError(
-        f'--aggregator={name} needs --clients_per_round > 2 *'
-        f' --aggregator_num_adversaries + 2 = {2 * adversaries + 2}, got'
-        f' --clients_per_round={clients}.'
-    )
-  if name == 'k_norm' and AGGREGATOR_K.value >= clients:
-    raise UsageError(
-        f'--aggregator_k={AGGREGATOR_K.value} must be below'
-        f' --clients_per_round={clients} (k-norm drops k updates).'
-    )
-  if name == 'norm_clip' and AGGREGATOR_CLIP_NORM.value == 0.0:
-    raise UsageError('--aggregator_clip_norm must be > 0 (or unset: adaptive).')
-
-
-def _check_nfl_flags() -> None:
-  if ALGORITHM.value == 'lindt' and LINDT_MODE.value == 'on_detection' and (
-      not NFL_DETECTION.value
-  ):
-    raise UsageError(
-        '--lindt_mode=on_detection needs the NFL detector: add --nfl_detection.'
-    )
-  if not NFL_DETECTION.value:
-    return
-  if ALGORITHM.value not in algorithm_registry.DETECTOR_ALGORITHMS:
-    raise UsageError(
-        f'--nfl_detection: --algorithm={ALGORITHM.value} cannot run the NFL'
-        ' detector; allowed with: ' + ', '.join(algorithm_registry.DETECTOR_ALGORITHMS) + '.'
-    )
-  if NFL_WINDOW.value > TOTAL_ROUNDS.value:
-    raise UsageError(
-        f'--nfl_window={NFL_WINDOW.value} exceeds --total_rounds={TOTAL_ROUNDS.value}:'
-        ' the window would never fill.'
-    )
-  if DP_ADAPTIVE_CLIPPING.value:
-    raise UsageError(
-        "--nfl_detection with --dp_adaptive_clipping: the detector's noise"
-        ' correction needs a fixed --dp_clip_norm.'
-    )
-
-
-def _check_attack_flags() -> None:
-  attack, fraction = ATTACK.value, ATTACK_FRACTION.value
-  if attack == 'none':
-    return
-  if fraction == 0.0:
-    raise UsageError(f'--attack={attack} needs --attack_fraction in (0, 1), got 0.')
-  if attack in attack_roles.UPDATE_ATTACKS and (
-      ALGORITHM.value not in algorithm_registry.UPDATE_ATTACK_ALGORITHMS
-  ):
-    raise UsageError(
-        f'--attack={attack}: --algorithm={ALGORITHM.value} cannot simulate update'
-        ' attacks; allowed with: '
-        + ', '.join(algorithm_registry.UPDATE_ATTACK_ALGORITHMS) + '.'
-    )
-
-
-class DpSettings(NamedTuple):
-  """The noise multiplier and delta a DP run uses (resolved from the flags)."""
-
-  noise_multiplier: float
-  delta: float
-
-
-_DP: Optional[DpSettings] = None  # Set by build_algorithm.
-
-
 def _resolve_dp_flags(task) -> Optional[DpSettings]:
   """Checks the DP flags; calibrates the noise to --dp_target_epsilon."""
   dp_on = DP_CLIP_NORM.value is not None or DP_ADAPTIVE_CLIPPING.value
@@ -790,27 +667,6 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
             f'--{flag.name} needs DP: give --dp_clip_norm or --dp_adaptive_clipping.'
         )
     return None
-  if DP_CLIP_NORM.value is not None and DP_ADAPTIVE_CLIPPING.value:
-    raise UsageError('--dp_clip_norm and --dp_adaptive_clipping exclude each other.')
-  if ALGORITHM.value not in algorithm_registry.AGGREGATING_ALGORITHMS:
-    raise UsageError(
-        f'--algorithm={ALGORITHM.value} sends no update: DP flags apply to '
-        + ', '.join(algorithm_registry.AGGREGATING_ALGORITHMS) + '.'
-    )
-  if AGGREGATOR.value != 'mean':
-    reason = {
-        'norm_clip': 'DP already clips every update (--dp_clip_norm)',
-        'tff_robust': "its adaptive zeroing estimates the clients' norms without"
-        ' noise, which the accountant does not cover',
-    }.get(
-        AGGREGATOR.value,
-        'a server-side robust rule reads individual updates, so its output has'
-        ' no DP guarantee',
-    )
-    raise UsageError(
-        f'--aggregator={AGGREGATOR.value} cannot be combined with DP: {reason};'
-        ' DP clips and averages by itself (use --aggregator=mean).'
-    )
   if DP_NOISE_MULTIPLIER.value is not None and DP_TARGET_EPSILON.value is not None:
     raise UsageError('Give --dp_noise_multiplier or --dp_target_epsilon, not both.')
   from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
@@ -826,41 +682,22 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
       )
     except accounting.UnreachableEpsilonError as e:
       raise UsageError(f'--dp_target_epsilon={DP_TARGET_EPSILON.value}: {e}') from e
-  if DP_ADAPTIVE_CLIPPING.value and noise >= 0.1 * CLIENTS_PER_ROUND.value:
-    raise UsageError(
-        f'--dp_adaptive_clipping with noise multiplier {noise:.4g} needs'
-        f' --clients_per_round > {noise / 0.1:.4g}: the clip estimate\'s own noise'
-        ' (0.05 * clients per round) must stay below half the total.'
-    )
   return DpSettings(noise, delta)
 
 
-def build_algorithm(task):
-  """The process of --algorithm for `task`; bad algorithm flags -> UsageError."""
-  global _DP
-  _check_aggregator_flags()
-  _check_attack_flags()
-  _check_nfl_flags()
-  _DP = _resolve_dp_flags(task)
-  if ALGORITHM.value == 'fedper':
-    num_blocks = len(task.model.blocks)
-    personal_blocks = FEDPER_PERSONAL_LAYERS.value
-    if personal_blocks is not None and personal_blocks > num_blocks:
-      raise UsageError(
-          f'--fedper_personal_layers={personal_blocks}: the {task.name} model has'
-          f' {num_blocks} blocks; allowed: 0..{num_blocks}.'
-      )
-    if FEDPER_LINEAR_BASE.value:
-      personal_blocks = task.default_personal_blocks if personal_blocks is None else personal_blocks
-      if not 1 <= personal_blocks < num_blocks:
-        raise UsageError(
-            f'--fedper_linear_base needs 1 <= --fedper_personal_layers <'
-            f' {num_blocks} (a base to replace), got {personal_blocks}.'
-        )
+def build_algorithm(task) -> Algorithm:
+  """The process of --algorithm for `task`; bad flags -> UsageError.
+
+  What combines with what is checked once, by the algorithm registry.
+  """
+  dp = _resolve_dp_flags(task)
   try:
-    return algorithm_registry.build_algorithm(ALGORITHM.value, task, algorithm_options())
-  except ValueError as e:  # E.g. a linear base for a model that cannot take one.
-    raise UsageError(f'--algorithm={ALGORITHM.value}: {e}') from e
+    process = algorithm_registry.build_algorithm(
+        ALGORITHM.value, task, hparams(), setup(dp.noise_multiplier if dp else 0.0)
+    )
+  except ValueError as e:  # A combination or hyperparameter the library refuses.
+    raise UsageError(str(e)) from e
+  return Algorithm(process, dp)
 
 
 def experiment_dir():
@@ -869,7 +706,7 @@ def experiment_dir():
   return outputs.ExperimentDir(ROOT_OUTPUT_DIR.value, experiment_name())
 
 
-def train(task, process) -> dict[str, Any]:
+def train(task, algorithm: Algorithm) -> dict[str, Any]:
   """Runs (or resumes) the training program of the flags; returns its summary.
 
   Writes the resolved flags to `flags.txt` and prints a progress line per
@@ -883,10 +720,10 @@ def train(task, process) -> dict[str, Any]:
     f.write(resolved_flagfile())
   return training_loop.run_training(
       task,
-      process,
-      training_config(),
+      algorithm.process,
+      training_config(algorithm.dp),
       experiment,
-      run_config=run_config(),
+      run_config=run_config(algorithm.dp),
       run_config_defaults=run_config_defaults(),
       progress_stream=sys.stdout,
       split_rounds=SPLIT_ROUNDS.value,
