@@ -92,6 +92,7 @@ arguments.
 
 import collections
 import fractions
+import functools
 import math
 from typing import Callable, NamedTuple, Optional
 
@@ -164,17 +165,7 @@ class Accumulation(NamedTuple):
   report: tff.Computation
 
 
-def build_accumulation(
-    statistic: Statistic, max_clients: int, value_type: tff.Type, weight_type: tff.Type
-) -> Accumulation:
-  """Gathers float[d] client vectors into `max_clients` rows; reports `statistic`.
-
-    zero: ( -> A)    A = <rows=float[max_clients,d], weights=float32[max_clients],
-                          count=int32, clients=int32>
-    accumulate: (<A, <float[d], W>> -> A)
-    merge: (<A, A> -> A)
-    report: (A -> <result=float[d], measurements=<clients=int32, ...>>)
-  """
+def _check_accumulation_types(value_type: tff.Type, weight_type: tff.Type) -> None:
   if not (
       isinstance(value_type, tff.TensorType)
       and len(value_type.shape) == 1
@@ -191,17 +182,33 @@ def build_accumulation(
       )
   ):
     raise TypeError(f'Expected a numeric scalar weight, got {weight_type}.')
-  size, dtype = value_type.shape[0], value_type.dtype
 
-  def assert_capacity(clients):
-    return tf.debugging.assert_less_equal(
-        clients,
-        max_clients,
-        message=(
-            f'A robust aggregator built for max_clients={max_clients} clients per '
-            'round received more clients; build it with a larger max_clients.'
-        ),
-    )
+
+def _assert_capacity(clients, max_clients: int):
+  return tf.debugging.assert_less_equal(
+      clients,
+      max_clients,
+      message=(
+          f'A robust aggregator built for max_clients={max_clients} clients per '
+          'round received more clients; build it with a larger max_clients.'
+      ),
+  )
+
+
+def build_accumulation(
+    statistic: Statistic, max_clients: int, value_type: tff.Type, weight_type: tff.Type
+) -> Accumulation:
+  """Gathers float[d] client vectors into `max_clients` rows; reports `statistic`.
+
+    zero: ( -> A)    A = <rows=float[max_clients,d], weights=float32[max_clients],
+                          count=int32, clients=int32>
+    accumulate: (<A, <float[d], W>> -> A)
+    merge: (<A, A> -> A)
+    report: (A -> <result=float[d], measurements=<clients=int32, ...>>)
+  """
+  _check_accumulation_types(value_type, weight_type)
+  size, dtype = value_type.shape[0], value_type.dtype
+  assert_capacity = functools.partial(_assert_capacity, max_clients=max_clients)
 
   def keep_capacity(tensor, shape):
     """The first max_clients rows of `tensor`, with a static shape."""

@@ -7,35 +7,8 @@ parameters w); attaching modules feed each of L's blocks with L's previous
 activation plus G's, gated by their agreement (`models.dual` gives the
 formula).
 
-Options (each measured in docs/results_nfl.md, "LINDT's options"):
-
-  * `attach_logits` (on; our change): one more attaching module after the
-    classifier block, L's logits = L^M + sigmoid(score) G^M with the same
-    score. Without it L's classifier learns from the client's data alone
-    and trailed FedAvg's global model on Shakespeare. `False` is the paper's
-    arrangement.
-  * `learn_gates` (off): gate sigmoid(score + b_m), b_m a personal scalar
-    per module trained with v, so that a client can shut G out (the paper's
-    gate is at least 1/2 for an orthogonal G after a ReLU). The offsets
-    hardly moved at the clients' learning rate.
-  * `own_global` (off): each client keeps the global model its last dual
-    round left and predicts with L intertwined with that copy, the G that L
-    was fitted to, instead of the current one (a second model copy in the
-    personal state). It helped where G swings, cost beta where G improves.
-  * `match_scale` (off): the attached G^m rescaled to L^m's norm,
-    L^m + sigmoid(score) (||L^m|| / ||G^m||) G^m, so that G's features make
-    at most half of L's next input. It did not stop divergence under heavy
-    DP noise.
-  * `detach_global` (off): G^m enters the modules as a constant, so L's loss
-    no longer reaches w (w takes FedAvg's step on G's loss alone). It stops
-    divergence under heavy DP noise but lowers beta elsewhere: L's loss
-    makes a better G.
-  * `detach_when_blind` (on): G is detached as above, whatever
-    `detach_global` says, when the server's DP noise would blind the NFL
-    detector (`nfl.detection.noise_to_signal` > 1 over the detector's window,
-    or over one round without the detector; known from z, C, K and the
-    model size before round 1). The global model is then mostly noise, and
-    dual training with L's loss reaching w diverged there.
+Its options are `Hparams`' fields, each measured in docs/results_nfl.md
+("LINDT's options").
 
 Client loss: CE(G's logits) + CE(L's logits); one SGD step
 per batch updates w and v on it (L's loss reaches w through the attaching
@@ -47,9 +20,9 @@ Modes:
     current global model; P = v.
   * `on_detection`: FedAvg (G alone) until the NFL detector
     (`nfl.detection`, in the server state) has raised its flag, then dual
-    training; the flag is broadcast with the weights. P = <model=v, dual_rounds>; until a
-    client's first dual round its L follows the global model it receives,
-    so L starts from the current G. Stopping: `persist` (dual training
+    training; the flag is broadcast with the weights. P = <model=v,
+    dual_rounds>; until a client's first dual round its L follows the
+    global model it receives, so L starts from the current G. Stopping: `persist` (dual training
     every round once activated) or `after_one_round` (each client trains
     dual once, so dual training stops once every client has had its
     round). A client that never trained dual is evaluated with G.
@@ -83,21 +56,26 @@ STOPS = ('persist', 'after_one_round')
 
 @dataclasses.dataclass(frozen=True)
 class Hparams:
-  """LINDT's hyperparameters (the module docstring describes each).
+  """LINDT's hyperparameters.
 
   Attributes:
     mode: dual training every round (always), or FedAvg until the NFL
       detector flags NFL (on_detection; needs the detector).
     stop: on_detection: keep dual training once activated (persist), or give
       each client one dual round (after_one_round).
-    attach_logits: attach G's logits to L's too (our change; off: the paper).
-    learn_gates: each attaching module's gate gets a learned personal offset.
+    attach_logits: attach G's logits to L's too, a module after the
+      classifier with the same score (our change: without it L's classifier
+      learns from the client's data alone); off: the paper's arrangement.
+    learn_gates: each gate gets a personal offset b, sigmoid(score + b), so
+      that a client can shut G out (the paper's gate is at least 1/2).
     own_global: each client predicts with L intertwined with the G its last
-      dual round left, not the current one.
+      dual round left, not the current one (a second model in its state).
     match_scale: rescale the attached G^m to L^m's norm.
-    detach_global: L's loss does not train the global model.
-    detach_when_blind: detach G as detach_global does when the DP noise would
-      blind the NFL detector.
+    detach_global: L's loss does not reach w (w takes FedAvg's step on G's
+      loss alone).
+    detach_when_blind: detach G as detach_global does when the server's DP
+      noise would blind the NFL detector (noise_to_signal > 1, known before
+      round 1), where dual training on a noise-dominated G diverged.
   """
 
   mode: str = common.hparam('always', choices=MODES)
@@ -222,13 +200,8 @@ def _assemble_fn(hparams: Hparams, trainable_order, non_trainable_order):
           lambda own, current: tf.where(use_local > 0, own, current),
           personal_state['global_model'], global_weights,
       )
-    sources = (
-        (list(global_weights.trainable), list(local_weights.trainable), []),
-        (list(global_weights.non_trainable), list(local_weights.non_trainable), [use_local]),
-    )
-    return ModelWeights(
-        trainable=[sources[0][s][i] for s, i in trainable_order],
-        non_trainable=[sources[1][s][i] for s, i in non_trainable_order],
+    return dual.predictor_weights(
+        global_weights, local_weights, use_local, trainable_order, non_trainable_order
     )
 
   return assemble

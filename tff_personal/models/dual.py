@@ -220,6 +220,20 @@ def with_zero_offsets(weights: ModelWeights, num_offsets: int) -> ModelWeights:
   )
 
 
+def predictor_weights(global_weights, local_weights, use_local, trainable_order,
+                      non_trainable_order) -> ModelWeights:
+  """The predictor's weights from G's, L's (v) and the selector's `use_local`,
+  in the order `DualModel.predictor_arrangement` gives."""
+  sources = (
+      (list(global_weights.trainable), list(local_weights.trainable), []),
+      (list(global_weights.non_trainable), list(local_weights.non_trainable), [use_local]),
+  )
+  return ModelWeights(
+      trainable=[sources[0][s][i] for s, i in trainable_order],
+      non_trainable=[sources[1][s][i] for s, i in non_trainable_order],
+  )
+
+
 def predictor_spec(spec: model_spec.ModelSpec,
                    intertwining: Intertwining = Intertwining()) -> model_spec.ModelSpec:
   """A ModelSpec whose model is the dual model's L output (for evaluation)."""

@@ -195,27 +195,8 @@ def _client_update(composition: Composition, shared_type: tff.Type, input_type: 
   return tff.tensorflow.computation(lambda w, p, c, e: body(w, p, c, e), *types, extra_type)
 
 
-def compose_personalized_process(composition: Composition) -> process_lib.PersonalizedProcess:
-  """The `PersonalizedProcess` of `composition` (module docstring)."""
-  model, work = composition.model, composition.client_work
-  shared_type = weights_type(composition.initial_shared_weights)
-  input_type = _client_input_type(model.tff_model_fn)
-  with tf.Graph().as_default():
-    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
-        model.tff_model_fn().metric_finalizers()
-    )
-  source = None
-  if work.input_from is not None:
-    source = composition.extension(work.input_from)
-    if source is None:
-      raise ValueError(f'The client work takes the input of {work.input_from!r}, which is absent.')
-
-  aggregation = finalizer = None
-  if composition.aggregator is not None:
-    aggregation = composition.aggregator.create(shared_type.trainable, tff.TensorType(np.float32))
-    finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-        tff.learning.optimizers.build_sgdm(composition.server_learning_rate), shared_type
-    )
+def _initialize_fn(composition: Composition, aggregation, finalizer) -> tff.Computation:
+  """`( -> S@SERVER)`: W0, the aggregator's and finalizer's states, the extensions'."""
   initial_weights_fn = process_lib.constant_computation(composition.initial_shared_weights)
 
   @tff.federated_computation
@@ -230,20 +211,18 @@ def compose_personalized_process(composition: Composition) -> process_lib.Person
       state.update(extension.initialize())
     return tff.federated_zip(state)
 
-  state_type = initialize_fn.type_signature.result
-  extra_type = None if source is None else source.client_input_type
-  client_update = _client_update(composition, shared_type, input_type, extra_type)
+  return initialize_fn
 
-  def client_part(state, client_data, personal_states):
-    """{client_update's result}@CLIENTS."""
-    args = (tff.federated_broadcast(state.global_model_weights), personal_states, client_data)
-    if source is not None:
-      args += (tff.federated_broadcast(source.client_input(state)),)
-    return tff.federated_map(client_update, args)
+
+def _server_part_fn(composition: Composition, aggregation, finalizer, shared_type):
+  """Steps 3-5 (module docstring): `(state, client results) -> (S, M)`, both
+  @SERVER; the clients' personal states are not read."""
+  with tf.Graph().as_default():
+    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
+        composition.model.tff_model_fn().metric_finalizers()
+    )
 
   def server_part(state, client_outputs):
-    """<new state, metrics>, both @SERVER, from the clients' results (their
-    personal states unused)."""
     new_state = collections.OrderedDict(global_model_weights=state.global_model_weights)
     metrics = collections.OrderedDict(
         client_work=tff.federated_zip(
@@ -271,10 +250,46 @@ def compose_personalized_process(composition: Composition) -> process_lib.Person
       metrics.update(extension_metrics)
     return tff.federated_zip(new_state), tff.federated_zip(metrics)
 
+  return server_part
+
+
+def _client_input(dataset, role, seed):
+  return collections.OrderedDict(data=dataset, role=np.int32(role), seed=np.int64(seed))
+
+
+def compose_personalized_process(composition: Composition) -> process_lib.PersonalizedProcess:
+  """The `PersonalizedProcess` of `composition` (module docstring)."""
+  model, work = composition.model, composition.client_work
+  shared_type = weights_type(composition.initial_shared_weights)
+  input_type = _client_input_type(model.tff_model_fn)
+  source = None
+  if work.input_from is not None:
+    source = composition.extension(work.input_from)
+    if source is None:
+      raise ValueError(f'The client work takes the input of {work.input_from!r}, which is absent.')
+  aggregation = finalizer = None
+  if composition.aggregator is not None:
+    aggregation = composition.aggregator.create(shared_type.trainable, tff.TensorType(np.float32))
+    finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+        tff.learning.optimizers.build_sgdm(composition.server_learning_rate), shared_type
+    )
+  initialize_fn = _initialize_fn(composition, aggregation, finalizer)
+  state_type = initialize_fn.type_signature.result
+  client_update = _client_update(
+      composition, shared_type, input_type, None if source is None else source.client_input_type
+  )
+
+  def client_part(state, client_data, personal_states):
+    """{client_update's result}@CLIENTS (steps 1-2)."""
+    args = (tff.federated_broadcast(state.global_model_weights), personal_states, client_data)
+    if source is not None:
+      args += (tff.federated_broadcast(source.client_input(state)),)
+    return tff.federated_map(client_update, args)
+
   next_fn, split_round = process_lib.build_round(
       state_type, tff.FederatedType(input_type, tff.CLIENTS),
       tff.FederatedType(work.personal_type, tff.CLIENTS), client_update.type_signature.result,
-      client_part, server_part,
+      client_part, _server_part_fn(composition, aggregation, finalizer, shared_type),
   )
 
   @tff.tensorflow.computation(state_type.member)
@@ -285,17 +300,13 @@ def compose_personalized_process(composition: Composition) -> process_lib.Person
       (work.evaluation_model or model).tff_model_fn, work.personal_type, work.assemble,
       shared_type,
   )
-
-  def client_input(dataset, role, seed):
-    return collections.OrderedDict(data=dataset, role=np.int32(role), seed=np.int64(seed))
-
   return process_lib.PersonalizedProcess(
       initialize_fn,
       next_fn,
       get_model_weights,
       per_client.build_per_client_evaluation(*evaluation_args),
       work.initial_personal_state,
-      client_input_fn=client_input,
+      client_input_fn=_client_input,
       finetuned_evaluation_fn=functools.partial(
           per_client.build_finetuned_evaluation, *evaluation_args
       ),

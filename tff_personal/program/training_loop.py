@@ -168,16 +168,8 @@ def run_training(
   """
   experiment.make()
   _check_resumable(experiment, run_config, run_config_defaults or {})
-  population = sampling.fixed_subset(
-      sorted(task.client_ids), config.population, seed=config.seed
-  )
-  if config.clients_per_round > len(population):
-    raise ValueError(
-        f'clients_per_round={config.clients_per_round} exceeds the'
-        f' {len(population)} clients of task {task.name}.'
-    )
+  population, eval_population = _populations(task, config)
   client_index = {c: i for i, c in enumerate(population)}
-  eval_population = sampling.fixed_subset(population, config.eval_clients, seed=config.seed)
   accuracy_name = task.model.metrics()[0].name
   threat = _Threat(task, process, config, population)
 
@@ -185,22 +177,9 @@ def run_training(
   eval_csv = outputs.RoundCsv(experiment.eval_path)
   tensorboard = outputs.TensorBoardWriter(experiment.tensorboard_dir)
   checkpoints = checkpoints_lib.CheckpointManager(experiment.checkpoint_dir)
-
-  state = process.initialize()
-  no_store = store_lib.StoreFingerprint(0, 0, 0).as_array()
-  loaded = checkpoints.load_latest(
-      checkpoints_lib.program_state(0, state, no_store, 0.0)
+  state, personal, start_round, elapsed = _start_or_resume(
+      process, experiment, checkpoints, progress_stream
   )
-  personal = personal_states_lib.PersonalStates(process, experiment.store_path, resuming=loaded is not None)
-  if loaded is None:
-    start_round, elapsed = 0, 0.0
-    personal.restore(no_store)  # Drops rows of a start that saved no checkpoint.
-  else:
-    start_round = int(loaded['round_num'])
-    state = loaded['server_state']
-    elapsed = float(loaded['elapsed_seconds'])
-    personal.restore(loaded['store_fingerprint'])
-    _log(progress_stream, f'Resuming {experiment.path} after round {start_round}.')
   metrics_csv.truncate_after(start_round)
   eval_csv.truncate_after(start_round)
   outputs.write_json(experiment.config_path, dict(run_config))
@@ -232,10 +211,9 @@ def run_training(
 
     elapsed += time.monotonic() - started
     if round_num % config.rounds_per_checkpoint == 0 or round_num == config.total_rounds:
-      fingerprint = personal.fingerprint(round_num)
-      checkpoints.save(
-          checkpoints_lib.program_state(round_num, state, fingerprint, elapsed)
-      )
+      checkpoints.save(checkpoints_lib.program_state(
+          round_num, state, personal.fingerprint(round_num), elapsed
+      ))
       personal.after_checkpoint(round_num)
     round_times.append(time.monotonic() - started)
     _log(
@@ -246,21 +224,44 @@ def run_training(
   tensorboard.close()
   personal.close()
   summary = collections.OrderedDict(
-      experiment_dir=experiment.path,
-      task=task.name,
-      rounds_completed=config.total_rounds,
-      num_clients=len(population),
-      num_eval_clients=len(eval_population),
-      accuracy_metric=accuracy_name,
-      num_adversaries=len(threat.adversaries),
+      experiment_dir=experiment.path, task=task.name, rounds_completed=config.total_rounds,
+      num_clients=len(population), num_eval_clients=len(eval_population),
+      accuracy_metric=accuracy_name, num_adversaries=len(threat.adversaries),
       privacy=_privacy_metrics(config, len(population), config.total_rounds),
-      nfl=_last_nfl_metrics(metrics_csv),
-      elapsed_seconds=elapsed,
-      final_eval=last_eval_summary,
-      run_config=dict(run_config),
+      nfl=_last_nfl_metrics(metrics_csv), elapsed_seconds=elapsed,
+      final_eval=last_eval_summary, run_config=dict(run_config),
   )
   outputs.write_json(experiment.summary_path, summary)
   return summary
+
+
+def _populations(task: base.Task, config: TrainingConfig) -> tuple[list[str], list[str]]:
+  """The run's clients and its evaluation clients (fixed seeded subsets)."""
+  population = sampling.fixed_subset(sorted(task.client_ids), config.population, seed=config.seed)
+  if config.clients_per_round > len(population):
+    raise ValueError(
+        f'clients_per_round={config.clients_per_round} exceeds the'
+        f' {len(population)} clients of task {task.name}.'
+    )
+  return population, sampling.fixed_subset(population, config.eval_clients, seed=config.seed)
+
+
+def _start_or_resume(process, experiment, checkpoints, progress_stream):
+  """(server state, personal states, last round done, elapsed seconds): fresh,
+  or from the latest checkpoint with the store rolled back to it."""
+  state = process.initialize()
+  no_store = store_lib.StoreFingerprint(0, 0, 0).as_array()
+  loaded = checkpoints.load_latest(checkpoints_lib.program_state(0, state, no_store, 0.0))
+  personal = personal_states_lib.PersonalStates(
+      process, experiment.store_path, resuming=loaded is not None
+  )
+  if loaded is None:
+    personal.restore(no_store)  # Drops rows of a start that saved no checkpoint.
+    return state, personal, 0, 0.0
+  start_round = int(loaded['round_num'])
+  personal.restore(loaded['store_fingerprint'])
+  _log(progress_stream, f'Resuming {experiment.path} after round {start_round}.')
+  return loaded['server_state'], personal, start_round, float(loaded['elapsed_seconds'])
 
 
 def _last_nfl_metrics(metrics_csv: outputs.RoundCsv) -> dict[str, float]:

@@ -70,9 +70,8 @@ def write_round(folder: str, model, loss, learning_rate: float, batch_size: int,
   np.savez(os.path.join(folder, 'clients.npz'), **arrays)
 
 
-def _measure(folder: str, mode: str, serve: bool = False) -> dict:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
+def _read_round(folder: str):
+  """(spec, model architecture JSON, initial weights, clients' (x, y)) of a round."""
   with open(os.path.join(folder, 'round.json')) as f:
     spec = json.load(f)
   with open(os.path.join(folder, 'model.json')) as f:
@@ -81,6 +80,13 @@ def _measure(folder: str, mode: str, serve: bool = False) -> dict:
     weights = [w[f'arr_{i}'] for i in range(len(w.files))]
   with np.load(os.path.join(folder, 'clients.npz')) as c:
     examples = [(c[f'x{i}'], c[f'y{i}']) for i in range(spec['num_clients'])]
+  return spec, architecture, weights, examples
+
+
+def _measure(folder: str, mode: str, serve: bool = False) -> dict:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  spec, architecture, weights, examples = _read_round(folder)
   # tf.data's autotuning off, as for the clients in TFF's worker
   # (`runtime.client_datasets.without_autotuning`, not imported: it imports TFF).
   options = tf.data.Options()
