@@ -7,6 +7,7 @@ import tensorflow_federated as tff
 
 from tests import test_utils
 from tests.algorithms import numpy_reference
+from tests.algorithms.fedavg_test import assert_same_as_tff_for_three_rounds
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import common
 from tff_personal.algorithms import fedavg
@@ -97,19 +98,7 @@ def test_tffs_fed_prox_pushes_away_from_the_received_model(process):
 
 
 def test_equals_tffs_build_weighted_fed_prox_at_mu_zero_for_three_rounds():
-  process = build(0.0)
-  tff_process = _tff_fed_prox(0.0)
-  ours = process.initialize()
-  theirs = tff_process.set_model_weights(
-      tff_process.initialize(), process.get_model_weights(ours)
-  )
-  for round_num in range(3):
-    data = [batches_dataset(client_batches(10 * round_num + i, [4, 3])) for i in range(3)]
-    ours = run_next(process, ours, data, process_lib.empty_personal_states(3)).state
-    theirs = tff_process.next(theirs, data).state
-    theirs_weights = tf.nest.flatten(tff_process.get_model_weights(theirs))
-    for a, b in zip(_weights(process, ours), theirs_weights):
-      np.testing.assert_array_equal(a, b)
+  assert_same_as_tff_for_three_rounds(build(0.0), _tff_fed_prox(0.0))
 
 
 def test_mu_zero_is_fedavg_bit_for_bit():

@@ -12,6 +12,7 @@ An algorithm module (fedavg.py, ditto.py, ...) exports
 `algorithms.registry` maps names to modules and checks what combines.
 """
 
+import collections
 import dataclasses
 from typing import Any, Optional, Sequence
 
@@ -83,6 +84,17 @@ class Common:
   def noise_to_signal(self, num_parameters: int) -> float:
     """How far the DP noise hides the detector's statistic (`nfl.detection`)."""
     return detection.noise_to_signal(self.dp_setting, self.nfl_detector, num_parameters)
+
+
+def global_model_work(build_update) -> compose.ClientWork:
+  """The client work of an algorithm without personal state (P = <>), whose
+  clients are evaluated with the global model (FedAvg, FedProx, q-FFL)."""
+  return compose.ClientWork(
+      build_update=build_update,
+      personal_type=tff.StructType([]),
+      initial_personal_state=lambda client_id, weights: collections.OrderedDict(),
+      assemble=lambda global_weights, personal_state: global_weights,
+  )
 
 
 def build_process(

@@ -65,10 +65,7 @@ def build(
 ) -> process_lib.PersonalizedProcess:
   """Builds FedAvg; see the module docstring."""
   del hparams  # None of its own.
-  work = compose.ClientWork(
-      build_update=lambda: build_client_update(model.tff_model_fn, options.client_learning_rate),
-      personal_type=tff.StructType([]),
-      initial_personal_state=lambda client_id, weights: collections.OrderedDict(),
-      assemble=lambda global_weights, personal_state: global_weights,
+  work = common.global_model_work(
+      lambda: build_client_update(model.tff_model_fn, options.client_learning_rate)
   )
   return common.build_process(model, model.initial_weights(options.seed), work, options)

@@ -12,7 +12,9 @@ FedAvg. One of Ditto's baselines. No personal state:
          -> <S@SERVER, {<>}@CLIENTS, M@SERVER>)
   evaluate: every client evaluates the global model on its own data.
 
-A test checks it against TFF's `tff.learning.algorithms.build_weighted_fed_prox`.
+It equals TFF's `tff.learning.algorithms.build_weighted_fed_prox` at mu = 0;
+for mu > 0 TFF 0.87's proximal term has the opposite sign of the paper's
+(tests/algorithms/fedprox_test.py shows both).
 """
 
 import collections
@@ -70,12 +72,7 @@ def build(
   """Builds FedProx; see the module docstring."""
   if hparams.mu < 0:
     raise ValueError(f'--fedprox_mu must be >= 0, got {hparams.mu}.')
-  work = compose.ClientWork(
-      build_update=lambda: build_client_update(
-          model.tff_model_fn, options.client_learning_rate, hparams.mu
-      ),
-      personal_type=tff.StructType([]),
-      initial_personal_state=lambda client_id, weights: collections.OrderedDict(),
-      assemble=lambda global_weights, personal_state: global_weights,
+  work = common.global_model_work(
+      lambda: build_client_update(model.tff_model_fn, options.client_learning_rate, hparams.mu)
   )
   return common.build_process(model, model.initial_weights(options.seed), work, options)

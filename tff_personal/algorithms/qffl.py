@@ -83,12 +83,7 @@ def build(
   """Builds q-FFL (q-FedAvg); see the module docstring."""
   if hparams.q < 0:
     raise ValueError(f'--qffl_q must be >= 0, got {hparams.q}.')
-  work = compose.ClientWork(
-      build_update=lambda: build_client_update(
-          model.tff_model_fn, options.client_learning_rate, hparams.q
-      ),
-      personal_type=tff.StructType([]),
-      initial_personal_state=lambda client_id, weights: collections.OrderedDict(),
-      assemble=lambda global_weights, personal_state: global_weights,
+  work = common.global_model_work(
+      lambda: build_client_update(model.tff_model_fn, options.client_learning_rate, hparams.q)
   )
   return common.build_process(model, model.initial_weights(options.seed), work, options)
