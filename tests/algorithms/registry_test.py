@@ -1,5 +1,7 @@
 """The algorithm registry builds every algorithm, with robust aggregators too."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -82,3 +84,27 @@ def test_split_round_gives_next_results(algorithm, hparams, nfl_detection):
   if nfl_detection:
     assert 0.0 <= output.metrics['nfl']['w_div'] < np.inf
   assert 'personal_state' not in str(split.server_phase.type_signature.parameter[1])
+
+
+@pytest.mark.parametrize('algorithm, setup, message', [
+    ('local', dict(aggregator='median'), '--aggregator=median: --algorithm=local aggregates no'),
+    ('local', dict(dp_clip_norm=1.0), '--algorithm=local sends no update'),
+    ('fedavg', dict(dp_clip_norm=1.0, aggregator='krum'), 'cannot be combined with DP'),
+    ('ditto', dict(aggregator='krum', clients_per_round=4, aggregator_num_adversaries=1),
+     'needs --clients_per_round > 2 \\* --aggregator_num_adversaries \\+ 2 = 4'),
+    ('fedavg', dict(nfl_detection=True, nfl_window=5, total_rounds=3), 'would never fill'),
+    ('fedavg', dict(nfl_detection=True, dp_adaptive_clipping=True), 'needs a fixed --dp_clip_norm'),
+    ('fedavg', dict(attack='label_poison'), 'needs --attack_fraction in'),
+])
+def test_check_refuses_what_cannot_combine(algorithm, setup, message):
+  with pytest.raises(ValueError, match=message):
+    registry.check(algorithm, registry.Setup(**setup))
+
+
+@pytest.mark.parametrize('algorithm', registry.ALGORITHM_NAMES)
+def test_every_algorithm_module_exports_the_registry_interface(algorithm):
+  module = registry.module(algorithm)
+  assert dataclasses.is_dataclass(module.Hparams) and module.Hparams.__dataclass_params__.frozen
+  assert isinstance(module.CAPABILITIES.personal_state, bool)
+  assert callable(module.build)
+  registry.check(algorithm, registry.Setup(nfl_detection=True))  # Every algorithm takes it.
