@@ -21,6 +21,12 @@ def loss_and_gradients(kernel, bias, x, y):
   return loss, x.T @ d_logits, d_logits.sum(axis=0)
 
 
+def mean_loss(kernel, bias, batches):
+  """The example-weighted mean loss at (kernel, bias) over `batches` of (x, y)."""
+  losses = [loss_and_gradients(kernel, bias, x, y)[0] * len(y) for x, y in batches]
+  return sum(losses) / sum(len(y) for _, y in batches)
+
+
 def sgd(kernel, bias, batches, learning_rate):
   """Plain SGD over `batches` of (x, y); returns the trained (kernel, bias)."""
   kernel, bias = kernel.astype(np.float64), bias.astype(np.float64)

@@ -29,12 +29,6 @@ def one_round(process):
   return (kernel, bias), process.get_model_weights(output.state).trainable
 
 
-def client_loss(kernel, bias, batches):
-  """The example-weighted mean loss at (kernel, bias) over the batches."""
-  losses = [numpy_reference.loss_and_gradients(kernel, bias, x, y)[0] * len(y) for x, y in batches]
-  return sum(losses) / sum(len(y) for _, y in batches)
-
-
 def q_fedavg_reference(kernel, bias, q):
   """The paper's Algorithm 3, one round, with L = 1 / learning rate."""
   lipschitz = 1.0 / LEARNING_RATE
@@ -42,7 +36,7 @@ def q_fedavg_reference(kernel, bias, q):
   for batches in CLIENTS:
     trained = numpy_reference.sgd(kernel, bias, batches, LEARNING_RATE)
     delta_w = [lipschitz * (kernel - trained[0]), lipschitz * (bias - trained[1])]
-    loss = client_loss(kernel, bias, batches)
+    loss = numpy_reference.mean_loss(kernel, bias, batches)
     squared = sum(np.sum(d**2) for d in delta_w)
     deltas.append([loss**q * d for d in delta_w])
     hs.append(q * loss ** (q - 1) * squared + lipschitz * loss**q)
@@ -70,12 +64,12 @@ def test_q_zero_is_fedavg_with_clients_weighted_alike():
 
 def test_a_larger_q_favours_the_client_with_the_higher_loss():
   (kernel, bias), _ = one_round(build(1.0))
-  losses = [client_loss(kernel, bias, batches) for batches in CLIENTS]
+  losses = [numpy_reference.mean_loss(kernel, bias, batches) for batches in CLIENTS]
   worse = int(np.argmax(losses))
   moved = {}
   for q in (0.0, 4.0):
     _, new_weights = one_round(build(q))
-    moved[q] = client_loss(*new_weights, CLIENTS[worse])
+    moved[q] = numpy_reference.mean_loss(*new_weights, CLIENTS[worse])
   assert moved[4.0] < moved[0.0]
 
 

@@ -95,6 +95,8 @@ def test_split_round_gives_next_results(algorithm, hparams, nfl_detection):
     ('fedavg', dict(nfl_detection=True, nfl_window=5, total_rounds=3), 'would never fill'),
     ('fedavg', dict(nfl_detection=True, dp_adaptive_clipping=True), 'needs a fixed --dp_clip_norm'),
     ('fedavg', dict(attack='label_poison'), 'needs --attack_fraction in'),
+    ('term', dict(aggregator='median'), '--aggregator=median: --algorithm=term weighs'),
+    ('qffl', dict(dp_clip_norm=1.0), '--dp_clip_norm/--dp_adaptive_clipping: --algorithm=qffl'),
 ])
 def test_check_refuses_what_cannot_combine(algorithm, setup, message):
   with pytest.raises(ValueError, match=message):

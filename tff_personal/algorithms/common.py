@@ -48,11 +48,15 @@ class Capabilities:
     shares_model: its clients' updates move a shared model: robust
       aggregation, DP and update attacks act on them (not so for Local).
     nfl_detection: it can run the NFL detector.
+    sets_update_weights: its aggregation weights are part of its update rule
+      (q-FFL's h_k, TERM's tilt), so it aggregates with the weighted mean
+      only: robust and DP aggregators ignore or replace the weights.
   """
 
   personal_state: bool
   shares_model: bool = True
   nfl_detection: bool = True
+  sets_update_weights: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,7 +46,7 @@ class Hparams:
   q: float = common.hparam(1.0, lower=0.0)
 
 
-CAPABILITIES = common.Capabilities(personal_state=False)
+CAPABILITIES = common.Capabilities(personal_state=False, sets_update_weights=True)
 
 
 def build_client_update(model_fn, learning_rate: float, q: float):
@@ -69,9 +69,7 @@ def build_client_update(model_fn, learning_rate: float, q: float):
     update = [loss_q * d / h for d in delta]
     nothing = collections.OrderedDict()
     result = compose.client_result(update, num_examples, nothing, nothing, model)
-    # The aggregation weight is h_k (0 for a client compose refused as non-finite).
-    result['update_weight'] = tf.where(result['update_weight'] > 0, h, 0.0)
-    return result
+    return compose.with_update_weight(result, h)  # The aggregation weight is h_k.
 
   return client_update
 

@@ -24,6 +24,7 @@ _MODULES = {
     'apfl': 'tff_personal.algorithms.apfl',
     'lindt': 'tff_personal.algorithms.lindt',
     'qffl': 'tff_personal.algorithms.qffl',
+    'term': 'tff_personal.algorithms.term',
 }
 ALGORITHM_NAMES = tuple(_MODULES)
 
@@ -138,6 +139,15 @@ def _nfl_problem(name: str, setup: Setup, nfl_capable: bool) -> Optional[str]:
   return None
 
 
+def _weights_problem(name: str, setup: Setup, sets_update_weights: bool) -> Optional[str]:
+  if not sets_update_weights or (setup.aggregator == 'mean' and not setup.differentially_private):
+    return None
+  what = '--dp_clip_norm/--dp_adaptive_clipping' if setup.differentially_private else (
+      f'--aggregator={setup.aggregator}')
+  return (f'{what}: --algorithm={name} weighs the updates by its own rule, which only the'
+          ' weighted mean (--aggregator=mean, no DP) keeps.')
+
+
 def _attack_problem(setup: Setup) -> Optional[str]:
   if setup.attack != 'none' and setup.attack_fraction == 0.0:
     return f'--attack={setup.attack} needs --attack_fraction in (0, 1), got 0.'
@@ -148,7 +158,8 @@ def check(name: str, setup: Setup) -> None:
   """Raises ValueError, naming the flags, if `setup` cannot run algorithm `name`."""
   capabilities = module(name).CAPABILITIES
   problem = (
-      _aggregator_problem(name, setup, capabilities.shares_model)
+      _weights_problem(name, setup, capabilities.sets_update_weights)
+      or _aggregator_problem(name, setup, capabilities.shares_model)
       or _dp_problem(name, setup, capabilities.shares_model)
       or _nfl_problem(name, setup, capabilities.nfl_detection)
       or _attack_problem(setup)

@@ -77,6 +77,26 @@ def client_result(update, num_examples, new_personal, old_personal, model):
   )
 
 
+def with_update_weight(result, weight):
+  """`client_result`'s `result` aggregated with `weight` instead of n_k.
+
+  For algorithms whose weight is part of the update rule (q-FFL, TERM). A
+  client already refused as non-finite keeps weight 0; one whose `weight`
+  is not finite is refused the same way (zero update, weight 0). Only for
+  algorithms without personal state. Call inside the client's `tf.function`.
+  """
+  accepted = tf.logical_and(result['update_weight'] > 0, tf.math.is_finite(weight))
+  result = collections.OrderedDict(result)
+  result['update'] = tf.nest.map_structure(
+      lambda u: tf.where(accepted, u, tf.zeros_like(u)), result['update']
+  )
+  result['update_weight'] = tf.where(accepted, weight, 0.0)
+  result['non_finite'] = tf.where(
+      tf.logical_or(accepted, result['non_finite'] > 0), result['non_finite'], 1
+  )
+  return result
+
+
 @dataclasses.dataclass(frozen=True)
 class ClientWork:
   """What a client does in a round, and what its personal state is.
