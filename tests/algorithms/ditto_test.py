@@ -138,15 +138,25 @@ def test_negative_lambda_is_refused():
 GRID = (0.0, 0.5, 5.0)
 
 
-@pytest.fixture(scope='module')
-def grid_process():
+def build_grid_process(lambda_selection):
   return ditto.build(
       MODEL,
       ditto.Hparams(
-          lambda_=0.1, personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID
+          lambda_=0.1, personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID,
+          lambda_selection=lambda_selection,
       ),
       common.Common(client_learning_rate=LEARNING_RATE, seed=8),
   )
+
+
+@pytest.fixture(scope='module')
+def grid_process():
+  return build_grid_process('first')
+
+
+@pytest.fixture(scope='module')
+def every_round_grid_process():
+  return build_grid_process('every')
 
 
 def grid_state(kernel_value, bias_value, ditto_lambda):
@@ -163,13 +173,20 @@ def test_grid_keeps_lambda_in_the_personal_state(grid_process):
   assert new['ditto_lambda'] == ditto.UNSELECTED_LAMBDA
 
 
-@pytest.mark.parametrize('seed', [1, 2, 3])
-def test_first_participation_picks_the_lowest_validation_loss(grid_process, seed):
-  state = grid_process.initialize()
-  w = grid_process.get_model_weights(state).trainable
+@pytest.mark.parametrize('seed, selection, previous_lambda', [
+    (1, 'first', ditto.UNSELECTED_LAMBDA), (2, 'first', ditto.UNSELECTED_LAMBDA),
+    (3, 'first', ditto.UNSELECTED_LAMBDA), (1, 'every', 0.5), (2, 'every', 5.0),
+    (3, 'every', ditto.UNSELECTED_LAMBDA),
+])
+def test_a_choice_picks_the_lowest_validation_loss(
+    grid_process, every_round_grid_process, seed, selection, previous_lambda
+):
+  process = grid_process if selection == 'first' else every_round_grid_process
+  state = process.initialize()
+  w = process.get_model_weights(state).trainable
   batches = client_batches(seed, [4, 4, 4, 4, 6, 4])  # Batch 4 validates.
-  start = grid_state(0.4, -0.2, ditto.UNSELECTED_LAMBDA)
-  output = run_next(grid_process, state, [batches_dataset(batches)], [start])
+  start = grid_state(0.4, -0.2, previous_lambda)
+  output = run_next(process, state, [batches_dataset(batches)], [start])
 
   train = batches[:4] + batches[5:]
   x, y = batches[4]
@@ -180,6 +197,8 @@ def test_first_participation_picks_the_lowest_validation_loss(grid_process, seed
       for c in GRID
   ]
   chosen = GRID[int(np.argmin(losses))]
+  if previous_lambda != ditto.UNSELECTED_LAMBDA:  # A re-choice that keeps lambda shows nothing.
+    assert chosen != previous_lambda
   new = output.personal_states[0]
   assert new['ditto_lambda'] == np.float32(chosen)
   expected_v = numpy_proximal_steps(start['model'].trainable, w, batches, 0.3, chosen)
@@ -187,7 +206,7 @@ def test_first_participation_picks_the_lowest_validation_loss(grid_process, seed
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_a_chosen_lambda_is_kept(grid_process):
+def test_a_chosen_lambda_is_kept_with_first_selection(grid_process):
   state = grid_process.initialize()
   w = grid_process.get_model_weights(state).trainable
   batches = client_batches(4, [3, 3, 3, 3, 3])

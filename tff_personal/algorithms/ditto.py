@@ -28,13 +28,17 @@ the global updates with weights n_k, or any robust aggregator, then the
 server's SGD).
 
 Per-client lambda (the paper's Section 3.3 heuristic, `lambda_grid`): a
-client picks its lambda once, at its first participation, from a candidate
-grid. For each candidate it trains a copy of v (= w^t) with step 1 on 4/5
-of the round's batches and measures the mean loss on the other fifth (every
-fifth batch); the candidate with the lowest validation loss (the first on
-ties, e.g. a client with fewer than 5 batches) is kept in its personal state
-and used from then on. P is then <model=v, ditto_lambda=float32>, -1 until
-chosen; without a grid, P = v.
+client picks its lambda from a candidate grid. For each candidate it trains
+a copy of its v with step 1 on 4/5 of the round's batches and measures the
+mean loss on the other fifth (every fifth batch); the candidate with the
+lowest validation loss (the first on ties, e.g. a client with fewer than 5
+batches) is the round's lambda. With `lambda_selection='every'` a client
+chooses at every participation (Ditto's code chooses at every local step);
+with 'first', once, at its first participation, and keeps it. Choosing once
+locks in the choice made against an early, poor global model: on the 105
+FEMNIST writers 60 of them kept lambda = 0.1 and their v stayed near a local
+model (docs/results_ditto.md). P is then <model=v, ditto_lambda=float32>,
+the last chosen lambda (-1 before the first); without a grid, P = v.
 """
 
 import collections
@@ -66,6 +70,8 @@ class Hparams:
       from these candidates by validation loss on a fifth of its round data
       (overrides lambda_); e.g. 0.05,0.1,0.2 under strong attacks, 0.1,1,2
       otherwise (Li et al. 2021).
+    lambda_selection: with lambda_grid, when a client chooses its lambda:
+      at every participation ('every') or at its first only ('first').
     personal_learning_rate: the personal SGD rate; None: the client's.
     personal_steps: personal SGD steps a round; 0: personal_epochs passes.
     personal_epochs: personal passes over the round data (each the round's
@@ -74,6 +80,7 @@ class Hparams:
 
   lambda_: float = common.hparam(0.1, lower=0.0)
   lambda_grid: tuple[float, ...] = common.hparam((), lower=0.0)
+  lambda_selection: str = common.hparam('every', choices=('every', 'first'))
   personal_learning_rate: Optional[float] = common.hparam(None, lower=0.0)
   personal_steps: int = common.hparam(0, lower=0)
   personal_epochs: int = common.hparam(1, lower=1)
@@ -87,6 +94,7 @@ def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
   model = model_fn()
   variables = ModelWeights.from_model(model)
   lambda_grid = hparams.lambda_grid
+  choose_every_round = hparams.lambda_selection == 'every'
   personal_learning_rate = hparams.personal_learning_rate
   if personal_learning_rate is None:
     personal_learning_rate = learning_rate
@@ -125,7 +133,7 @@ def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
     if lambda_grid:
       personal_weights = personal_state['model']
       lambda_value = personal_state['ditto_lambda']
-      if lambda_value < 0:  # First participation: choose from the grid.
+      if choose_every_round or lambda_value < 0:
         lambda_value = select_lambda(personal_weights, global_weights, dataset)
     else:
       personal_weights, lambda_value = personal_state, tf.constant(hparams.lambda_)
@@ -156,6 +164,10 @@ def _check(hparams: Hparams) -> Hparams:
   lambda_grid = tuple(float(c) for c in hparams.lambda_grid)
   if any(c < 0 for c in lambda_grid):
     raise ValueError(f'--ditto_lambda_grid must hold values >= 0, got {list(lambda_grid)}.')
+  if hparams.lambda_selection not in ('every', 'first'):
+    raise ValueError(
+        f"--ditto_lambda_selection must be 'every' or 'first', got {hparams.lambda_selection!r}."
+    )
   if hparams.personal_steps < 0 or (hparams.personal_steps == 0 and hparams.personal_epochs < 1):
     raise ValueError('Ditto needs --ditto_personal_steps > 0 or --ditto_personal_epochs >= 1.')
   return dataclasses.replace(hparams, lambda_grid=lambda_grid)
