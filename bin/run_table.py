@@ -6,24 +6,35 @@
   bin/run_table.py --task=fmnist --seeds=0,1,2 --columns=fedavg,ditto
   bin/run_table.py --configs_dir=configs/nfl_table --task=fmnist --report=nfl   # NFL table
 
+  bin/run_table.py --task=fmnist --workers=10.0.0.5:8000,10.0.0.6:8000  # a run per worker
+  bin/run_table.py --task=fmnist --parallel=4                            # 4 local runs at once
+
 Each cell group is a flagfile `<configs_dir>/<task>__<setting>__<column>.flags`
 that `bin/train.py --flagfile=...` runs alone; this program runs the ones
-without a complete `summary.json` (one after the other; a run interrupted is
-resumed from its checkpoint), then prints the table of benign clients'
-test accuracy (mean ± std (worst-10% mean)), the privacy spent by DP runs,
-and the checks of the shape Ditto's paper reports where its settings are in
-the table. Logs go to <root_output_dir>/<run>.log.
+without a complete `summary.json` (a run interrupted is resumed from its
+checkpoint), then prints the table of benign clients' test accuracy (mean ±
+std (worst-10% mean); over seeds, mean ± 95% interval), the privacy spent by
+DP runs, and the checks of the shape Ditto's paper reports where its
+settings are in the table. Logs go to <root_output_dir>/<run>.log.
+
+Runs go one after the other, or --parallel at once on this machine, or one
+per TFF worker of --workers at once (`bin/worker.py`; each run gets
+`--workers=<that worker>` and its program stays here, docs/guide/remote_workers.md).
 
 The table is also written beside the runs, to <root_output_dir>/table.md (as
-printed) and <root_output_dir>/table.csv (tff_personal/reports/table_files.py):
-one row per (setting, column) with the cell's mean, std, worst-10% mean,
-number of seeds and each seed's mean (or the note of a failed or missing
-run); with --report=nfl, one row per (setting, column, seed) with central and
-local accuracy, beta and the detector's flag.
+printed), <root_output_dir>/table.csv (tff_personal/reports/table_files.py):
+one row per (setting, column) with the cell's mean, its 95% interval over
+seeds, std, worst-10% mean, number of seeds and each seed's mean (or the note
+of a failed or missing run), and <root_output_dir>/table.png (bars with the
+intervals, tff_personal/reports/table_plot.py); with --report=nfl, one row
+per (setting, column, seed) with central and local accuracy, beta and the
+detector's flag.
 """
 
 import collections
+import concurrent.futures
 import os
+import queue
 import subprocess
 import sys
 
@@ -33,6 +44,7 @@ from absl import flags
 from tff_personal.reports import nfl_table
 from tff_personal.reports import results_table
 from tff_personal.reports import table_files
+from tff_personal.reports import table_plot
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,6 +72,13 @@ COLUMNS = flags.DEFINE_list(
     'columns', [], 'Only the runs of these columns (flagfile suffixes); empty: all.'
 )
 RUN = flags.DEFINE_bool('run', True, 'Run missing experiments (False: only read results).')
+WORKERS = flags.DEFINE_list(
+    'workers', [],
+    'TFF workers (host:port, started by bin/worker.py): runs go at once, one per worker.',
+)
+PARALLEL = flags.DEFINE_integer(
+    'parallel', 1, 'Without --workers: how many runs go at once on this machine.', lower_bound=1
+)
 REPORT = flags.DEFINE_enum(
     'report', 'accuracy', ['accuracy', 'nfl'],
     'accuracy: benign accuracy cells and Ditto\'s checks; nfl: central and local'
@@ -88,10 +107,11 @@ def _flag_value(flagfile: str, name: str) -> str:
   return value
 
 
-def _run(run: results_table.Run, name: str, seed) -> int:
+def _run(run: results_table.Run, name: str, seed, worker=None) -> int:
   os.makedirs(_root(), exist_ok=True)
   log_path = os.path.join(_root(), f'{name}.log')
-  print(f'running {name} (log: {log_path})', flush=True)
+  where = f' on {worker}' if worker else ''
+  print(f'running {name}{where} (log: {log_path})', file=sys.stderr, flush=True)
   command = [
       sys.executable, os.path.join(_REPO, 'bin', 'train.py'),
       f'--flagfile={run.flagfile}', f'--root_output_dir={_root()}',
@@ -99,8 +119,31 @@ def _run(run: results_table.Run, name: str, seed) -> int:
   ]
   if seed is not None:
     command.append(f'--seed={seed}')
+  if worker:
+    command.append(f'--workers={worker}')
   with open(log_path, 'a') as log:
     return subprocess.call(command, cwd=_REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _run_all(jobs) -> dict:
+  """Runs `jobs` ((run, name, seed) each): at once, one per worker or slot.
+
+  Returns name -> exit code.
+  """
+  slots = queue.Queue()
+  for slot in WORKERS.value or [None] * PARALLEL.value:
+    slots.put(slot)
+
+  def run_on_a_free_slot(job):
+    slot = slots.get()
+    try:
+      return _run(*job, worker=slot)
+    finally:
+      slots.put(slot)
+
+  with concurrent.futures.ThreadPoolExecutor(slots.qsize()) as pool:
+    codes = pool.map(run_on_a_free_slot, jobs)
+    return {name: code for (_, name, _), code in zip(jobs, codes)}
 
 
 def _seeds() -> list:
@@ -110,13 +153,15 @@ def _seeds() -> list:
     sys.exit(f'run_table.py: error: --seeds={",".join(SEEDS.value)}: not integers')
 
 
-def _last_line(path: str) -> str:
+def _failure_line(path: str) -> str:
+  """The log's last `error:` line (the binaries' one-line errors), else its last line."""
   try:
     with open(path) as f:
       lines = [line.strip() for line in f if line.strip()]
   except FileNotFoundError:
     return ''
-  return lines[-1] if lines else ''
+  errors = [line for line in lines if 'error: ' in line]
+  return (errors or lines or [''])[-1]
 
 
 def main(argv):
@@ -133,38 +178,43 @@ def main(argv):
   if not runs:
     sys.exit('run_table.py: error: --settings/--columns select no flagfile')
   seeds = _seeds()
-  per_seed, privacy, finished = collections.defaultdict(list), [], {}
+  cells = []  # (run, name, seed, total_rounds, the flagfile's seed)
   for run in runs:
     total_rounds = int(_flag_value(run.flagfile, 'total_rounds'))
     flagfile_seed = _flag_value(run.flagfile, 'seed')
     flagfile_seed = int(flagfile_seed) if flagfile_seed is not None else None
     for seed in seeds:
-      name = run.name_for_seed(seed, flagfile_seed)
-      summary_path = os.path.join(_root(), name, 'summary.json')
-      summary = results_table.read_summary(summary_path, total_rounds)
-      if summary is None and RUN.value:
-        code = _run(run, name, seed)
-        summary = results_table.read_summary(summary_path, total_rounds)
-        if summary is None:
-          note = _last_line(os.path.join(_root(), f'{name}.log'))
-          per_seed[(run.setting, run.column)].append(f'failed (exit {code}): {note[:80]}')
-      if summary is None:
-        if not RUN.value:
-          per_seed[(run.setting, run.column)].append('not run')
-        continue
-      finished[(run.setting, run.column, seed if seed is not None else flagfile_seed)] = (
-          os.path.join(_root(), name)
+      cells.append((run, run.name_for_seed(seed, flagfile_seed), seed, total_rounds, flagfile_seed))
+  summary_path = lambda name: os.path.join(_root(), name, 'summary.json')
+  codes = {}
+  if RUN.value:
+    codes = _run_all([
+        (run, name, seed) for run, name, seed, total_rounds, _ in cells
+        if results_table.read_summary(summary_path(name), total_rounds) is None
+    ])
+  per_seed, privacy, finished = collections.defaultdict(list), [], {}
+  for run, name, seed, total_rounds, flagfile_seed in cells:
+    summary = results_table.read_summary(summary_path(name), total_rounds)
+    if summary is None:
+      if name in codes:
+        note = _failure_line(os.path.join(_root(), f'{name}.log'))
+        per_seed[(run.setting, run.column)].append(f'failed (exit {codes[name]}): {note[:80]}')
+      else:
+        per_seed[(run.setting, run.column)].append('not run')
+      continue
+    finished[(run.setting, run.column, seed if seed is not None else flagfile_seed)] = (
+        os.path.join(_root(), name)
+    )
+    if REPORT.value == 'nfl':
+      continue
+    for column, cell in results_table.cells_of_summary(run.column, summary).items():
+      per_seed[(run.setting, column)].append(cell)
+    if summary.get('privacy'):
+      spent = summary['privacy']
+      privacy.append(
+          f'- {name}: noise multiplier {spent["privacy/noise_multiplier"]:.4g},'
+          f' epsilon {spent["privacy/epsilon"]:.4g} at delta {spent["privacy/delta"]:.3g}'
       )
-      if REPORT.value == 'nfl':
-        continue
-      for column, cell in results_table.cells_of_summary(run.column, summary).items():
-        per_seed[(run.setting, column)].append(cell)
-      if summary.get('privacy'):
-        spent = summary['privacy']
-        privacy.append(
-            f'- {name}: noise multiplier {spent["privacy/noise_multiplier"]:.4g},'
-            f' epsilon {spent["privacy/epsilon"]:.4g} at delta {spent["privacy/delta"]:.3g}'
-        )
   if REPORT.value == 'nfl':
     try:
       text = nfl_table.report(finished, TASK.value)
@@ -177,12 +227,14 @@ def main(argv):
   settings = results_table.in_table_order({r.setting for r in runs}, results_table.SETTINGS)
   columns = results_table.in_table_order({c for _, c in results}, results_table.COLUMNS)
   seeds_note = (
-      f' Mean over seeds {",".join(map(str, seeds))}; [each seed\'s mean].'
-      if len(seeds) > 1 else ''
+      f' Seeds {",".join(map(str, seeds))}; [each seed\'s mean].' if len(seeds) > 1 else ''
+  )
+  cell_note = (
+      'mean over seeds ± its 95% interval (worst-10% mean)' if len(seeds) > 1
+      else 'mean ± std over clients (worst-10% mean)'
   )
   lines = [
-      f'Benign clients\' test accuracy on {TASK.value}: mean ± std (worst-10% mean).'
-      + seeds_note,
+      f'Benign clients\' test accuracy on {TASK.value}: {cell_note}.' + seeds_note,
       '',
       results_table.markdown(results, settings, columns),
       '',
@@ -194,6 +246,9 @@ def main(argv):
       '\n'.join(lines), table_files.CELL_FIELDS,
       table_files.cell_rows(results, settings, columns),
   )
+  png = table_plot.write(_root(), results, settings, columns, lines[0])
+  if png:
+    print(f'wrote {png}', file=sys.stderr)
 
 
 def _output(text: str, csv_fields: tuple[str, ...], csv_rows: list[dict]) -> None:

@@ -33,7 +33,7 @@ def test_cell_rows_one_row_per_setting_and_column():
        'seeds': 1, 'per_seed_means': '0.8'},
       {'setting': 'clean', 'column': 'ditto', 'mean': pytest.approx(0.8),
        'std': pytest.approx(0.2), 'worst10_mean': pytest.approx(0.4), 'seeds': 2,
-       'per_seed_means': '0.9;0.7'},
+       'per_seed_means': '0.9;0.7', 'interval95': pytest.approx(12.7062 * 0.1, rel=1e-4)},
       {'setting': 'a3_10', 'column': 'fedavg', 'note': 'failed (exit 1): out of memory'},
       {'setting': 'a3_10', 'column': 'ditto', 'note': 'not run'},
   ]
@@ -61,10 +61,10 @@ def test_write_puts_table_md_and_table_csv_in_the_directory(tmp_path):
   assert paths == (f'{tmp_path}/out/table.md', f'{tmp_path}/out/table.csv')
   assert (tmp_path / 'out' / 'table.md').read_text() == '| table |\n'
   assert _read_csv(paths[1]) == [
-      {'setting': 'clean', 'column': 'fedavg', 'mean': '0.8', 'std': '0.1',
+      {'setting': 'clean', 'column': 'fedavg', 'mean': '0.8', 'interval95': '', 'std': '0.1',
        'worst10_mean': '0.5', 'seeds': '1', 'per_seed_means': '0.8', 'note': ''},
-      {'setting': 'clean', 'column': 'local', 'mean': '', 'std': '', 'worst10_mean': '',
-       'seeds': '', 'per_seed_means': '', 'note': 'not run'},
+      {'setting': 'clean', 'column': 'local', 'mean': '', 'interval95': '', 'std': '',
+       'worst10_mean': '', 'seeds': '', 'per_seed_means': '', 'note': 'not run'},
   ]
 
 
@@ -91,10 +91,32 @@ def test_reading_finished_runs_writes_the_table_files(tmp_path):
   assert result.returncode == 0, result.stderr
   markdown = (root / 'table.md').read_text()
   assert markdown == result.stdout == (tmp_path / 'copy.md').read_text()
-  assert '| clean | 0.7000 ± 0.1000 (0.4000) [0.800, 0.600] | not run |' in markdown
+  assert '| clean | 0.7000 ± 1.2706 (0.4000) [0.800, 0.600] | not run |' in markdown
   rows = _read_csv(root / 'table.csv')
   assert [(r['setting'], r['column'], r['note']) for r in rows] == [
       ('clean', 'fedavg', ''), ('clean', 'ditto', 'not run')
   ]
   assert float(rows[0]['mean']) == pytest.approx(0.7) and rows[0]['per_seed_means'] == '0.8;0.6'
-  assert rows[0]['seeds'] == '2'
+  assert rows[0]['seeds'] == '2' and float(rows[0]['interval95']) == pytest.approx(1.2706, 1e-4)
+  assert (root / 'table.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_runs_go_one_per_worker_and_failures_are_cells(tmp_path):
+  """With --workers, each run gets one worker's --workers; a run that fails is a note."""
+  configs, root = tmp_path / 'configs', tmp_path / 'out'
+  configs.mkdir()
+  for column in ('fedavg', 'ditto'):  # An unknown task: train.py refuses it at once.
+    (configs / f'fmnist__clean__{column}.flags').write_text(
+        '--task=no_such_task\n--total_rounds=3\n--seed=0\n'
+    )
+  result = subprocess.run(
+      [sys.executable, SCRIPT, f'--configs_dir={configs}', '--task=fmnist',
+       f'--root_output_dir={root}', '--workers=hosta:1,hostb:2'],
+      cwd=binaries.REPO_ROOT, capture_output=True, text=True, check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  started = sorted(line for line in result.stderr.splitlines() if line.startswith('running'))
+  assert len(started) == 2
+  assert {line.split(' on ')[1].split()[0] for line in started} == {'hosta:1', 'hostb:2'}
+  assert '| clean | failed (exit 2): train.py: error: flag --task=no_such_task' in result.stdout
+  assert not (root / 'table.png').exists()  # No cell ran.

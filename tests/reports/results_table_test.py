@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from tff_personal.reports import results_table
@@ -76,8 +77,25 @@ def test_ditto_shape_checks():
       ('a3_10', 'fedavg'): cell(0.30), ('a3_10', 'ditto'): cell(0.80),
   }
   checks = results_table.ditto_shape_checks(results)
-  assert [passed for _, passed in checks] == [True, False, True, True]
+  assert [passed for _, passed in checks] == [True, False, True, True, True, True, True]
   assert checks[1][0] == 'a1_50: Ditto 0.6400 >= FedAvg 0.6000 + 0.05'
+  assert checks[4][0] == 'clean: Ditto 0.8500 >= the best baseline, FedAvg 0.8000'
+
+
+def test_ditto_is_checked_against_the_best_baseline_of_each_row():
+  cell = lambda mean: results_table.Cell(mean, 0.0, 0.0)
+  results = {
+      ('clean', 'fedavg'): cell(0.80), ('clean', 'fedavg+ft'): cell(0.90),
+      ('clean', 'term'): cell(0.70), ('clean', 'ditto'): cell(0.85),
+      ('clean', 'ditto_clipping'): cell(0.95),  # A Ditto variant is no baseline.
+      ('a2_20', 'fedavg_krum'): cell(0.60), ('a2_20', 'ditto'): cell(0.60),
+      ('a2_50', 'ditto'): cell(0.5),  # No baseline ran: no check.
+  }
+  checks = results_table.ditto_shape_checks(results)[1:]
+  assert checks == [
+      ('clean: Ditto 0.8500 >= the best baseline, Fine-tuning 0.9000', False),
+      ('a2_20: Ditto 0.6000 >= the best baseline, Krum 0.6000', True),
+  ]
 
 
 def test_seeds_keep_the_flagfile_seed_name_and_average_cells():
@@ -89,9 +107,16 @@ def test_seeds_keep_the_flagfile_seed_name_and_average_cells():
   assert results_table.over_seeds([one]) is one
   cell = results_table.over_seeds([one, results_table.Cell(0.7, 0.1, 0.3)])
   assert (cell.mean, cell.std, cell.worst10) == pytest.approx((0.6, 0.15, 0.2))
-  assert str(cell) == '0.6000 ± 0.1500 (0.2000) [0.500, 0.700]'
+  # 95% interval over 2 seeds: t(0.975, 1) = 12.706 times std 0.1414 / sqrt(2).
+  assert cell.interval95 == pytest.approx(12.7062 * 0.1, rel=1e-4)
+  assert str(cell) == '0.6000 ± 1.2706 (0.2000) [0.500, 0.700]'
+  three = results_table.over_seeds([results_table.Cell(m, 0.0, 0.0) for m in (0.5, 0.6, 0.7)])
+  assert three.interval95 == pytest.approx(4.3027 * 0.1 / np.sqrt(3), rel=1e-4)
   assert results_table.over_seeds([one, 'failed (exit 1)']) == 'failed (exit 1)'
   checks = results_table.ditto_shape_checks(
       {('clean', 'fedavg'): cell, ('clean', 'ditto'): one}
   )
-  assert checks == [('clean: Ditto 0.5000 >= FedAvg 0.6000', False)]
+  assert checks == [
+      ('clean: Ditto 0.5000 >= FedAvg 0.6000', False),
+      ('clean: Ditto 0.5000 >= the best baseline, FedAvg 0.6000', False),
+  ]

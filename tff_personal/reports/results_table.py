@@ -10,7 +10,9 @@ Cells are the mean, standard deviation and worst-10% mean of the benign
 clients' test accuracy (Ditto, Li et al. 2021, Tables 1-2 report the mean
 and spread over benign devices). A table run over several seeds (the same
 flagfile with `--seed=s`, experiment `<name>__seed<s>`) shows, per cell, the
-mean over seeds of those three numbers and each seed's benign mean.
+mean over seeds of the benign means with the half-width of its 95%
+Student-t interval over seeds, the mean worst-10% mean, and each seed's
+benign mean.
 
 No TensorFlow here: the runner only starts `bin/train.py` processes and reads
 their `summary.json`.
@@ -18,18 +20,25 @@ their `summary.json`.
 
 import dataclasses
 import json
+import math
 import os
 import re
 from typing import Any, Mapping, Optional, Sequence
+
+from scipy import stats
 
 # Known settings and columns, in table order, with their printed names.
 SETTINGS = {
     'clean': 'clean',
     'a1_20': 'A1 label poisoning, 20%',
     'a1_50': 'A1 label poisoning, 50%',
+    'a1_80': 'A1 label poisoning, 80%',
+    'a2_20': 'A2 random updates, 20%',
     'a2_50': 'A2 random updates, 50%',
+    'a2_80': 'A2 random updates, 80%',
     'a3_10': 'A3 model replacement, 10%',
     'a3_20': 'A3 model replacement, 20%',
+    'a3_50': 'A3 model replacement, 50%',
     'eps_inf': 'DP clipping, no noise (epsilon = inf)',
     'eps_8': 'DP, epsilon = 8',
     'eps_2': 'DP, epsilon = 2',
@@ -41,12 +50,21 @@ SETTINGS = {
 }
 COLUMNS = {
     'fedavg': 'FedAvg',
-    'fedavg+ft': 'Fine-tuning',
     'local': 'Local',
+    'fedavg+ft': 'Fine-tuning',
+    'qffl': 'q-FFL',
+    'term': 'TERM',
+    'fedavg_median': 'Median',
+    'fedavg_krum': 'Krum',
+    'fedavg_multi_krum': 'Multi-Krum',
+    'fedavg_k_norm': 'k-norm',
+    'fedavg_clipping': 'Clipping',
     'fedper': 'FedPer',
     'ditto': 'Ditto',
     'ditto_median': 'Ditto + median',
+    'ditto_clipping': 'Ditto + clipping',
 }
+DITTO_COLUMNS = ('ditto', 'ditto_median', 'ditto_clipping')
 _NAME = re.compile(r'^(?P<task>[a-z0-9]+)__(?P<setting>[a-z0-9_]+)__(?P<column>[a-z0-9_]+)$')
 
 
@@ -134,9 +152,16 @@ class SeedsCell:
   def worst10(self) -> float:
     return sum(c.worst10 for c in self.cells) / len(self.cells)
 
+  @property
+  def interval95(self) -> float:
+    """Half-width of the 95% Student-t interval of the mean over seeds."""
+    n = len(self.cells)
+    spread = math.sqrt(sum((c.mean - self.mean) ** 2 for c in self.cells) / (n - 1))
+    return float(stats.t.ppf(0.975, n - 1)) * spread / math.sqrt(n)
+
   def __str__(self) -> str:
     per_seed = ', '.join(f'{c.mean:.3f}' for c in self.cells)
-    return f'{self.mean:.4f} ± {self.std:.4f} ({self.worst10:.4f}) [{per_seed}]'
+    return f'{self.mean:.4f} ± {self.interval95:.4f} ({self.worst10:.4f}) [{per_seed}]'
 
 
 def over_seeds(cells: Sequence[Any]) -> Any:
@@ -196,7 +221,10 @@ def ditto_shape_checks(results: Mapping[tuple[str, str], Any]) -> list[tuple[str
 
   Ditto at or above FedAvg clean; Ditto at least 5 points above FedAvg under
   A1 50% and A3; FedAvg degrading sharply under A3 (here: by 10 points or
-  more from clean). Checks whose cells are missing are left out.
+  more from clean); and, in every row where Ditto and another column ran,
+  Ditto at or above the best column that is not Ditto (the paper's tables
+  have Ditto first or tied in every row). Checks whose cells are missing are
+  left out.
   """
 
   def mean(setting, column):
@@ -224,4 +252,25 @@ def ditto_shape_checks(results: Mapping[tuple[str, str], Any]) -> list[tuple[str
           f'{setting}: FedAvg {fedavg:.4f} <= clean {fedavg_clean:.4f} - 0.10',
           fedavg <= fedavg_clean - 0.10,
       ))
+  return checks + _best_baseline_checks(results, mean)
+
+
+def _best_baseline_checks(results, mean) -> list[tuple[str, bool]]:
+  """Per row: Ditto at or above the best column that is not a Ditto."""
+  checks = []
+  settings = in_table_order({s for s, _ in results}, SETTINGS)
+  for setting in settings:
+    ditto = mean(setting, 'ditto')
+    baselines = {
+        c: mean(setting, c) for s, c in results
+        if s == setting and c not in DITTO_COLUMNS and mean(setting, c) is not None
+    }
+    if ditto is None or not baselines:
+      continue
+    best = max(baselines, key=lambda c: (baselines[c], c))
+    checks.append((
+        f'{setting}: Ditto {ditto:.4f} >= the best baseline, {COLUMNS.get(best, best)}'
+        f' {baselines[best]:.4f}',
+        ditto >= baselines[best],
+    ))
   return checks

@@ -5,8 +5,9 @@ and a CSV with one row per cell, so that a program (a plot, a paper's table)
 reads the numbers without parsing markdown.
 
   * accuracy tables (`results_table`): one row per (setting, column); a
-    cell's mean, std and worst-10% mean (over seeds: the mean of each), the
-    number of seeds and each seed's mean, or a note (a run failed or not run);
+    cell's mean, std and worst-10% mean (over seeds: the mean of each, and
+    the half-width of the mean's 95% interval over seeds), the number of
+    seeds and each seed's mean, or a note (a run failed or not run);
   * NFL tables (`nfl_table`): one row per (setting, column, seed): central
     and local accuracy, beta, and the detector's flag.
 
@@ -23,7 +24,8 @@ from tff_personal.reports import results_table
 MARKDOWN_FILE = 'table.md'
 CSV_FILE = 'table.csv'
 CELL_FIELDS = (
-    'setting', 'column', 'mean', 'std', 'worst10_mean', 'seeds', 'per_seed_means', 'note'
+    'setting', 'column', 'mean', 'interval95', 'std', 'worst10_mean', 'seeds',
+    'per_seed_means', 'note',
 )
 NFL_FIELDS = (
     'setting', 'column', 'seed', 'central_accuracy', 'local_accuracy', 'beta', 'flagged',
@@ -54,6 +56,8 @@ def cell_rows(
             mean=cell.mean, std=cell.std, worst10_mean=cell.worst10, seeds=len(per_seed),
             per_seed_means=';'.join(repr(c.mean) for c in per_seed),
         )
+        if isinstance(cell, results_table.SeedsCell):
+          row['interval95'] = cell.interval95
       else:
         row['note'] = str(cell)
       rows.append(row)
