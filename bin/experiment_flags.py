@@ -43,6 +43,11 @@ CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', 10, 'Clients sampled per round.', lower_bound=1
 )
 CLIENT_EPOCHS = flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.', lower_bound=1)
+CLIENT_STEPS = flags.DEFINE_integer(
+    'client_steps', 0,
+    "Local SGD steps per round: at most this many batches of the round's epochs; 0: all.",
+    lower_bound=0,
+)
 CLIENT_BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 20, 'Local batch size.', lower_bound=1)
 CLIENT_LEARNING_RATE = flags.DEFINE_float(
     'client_learning_rate', 0.02, 'Client SGD learning rate.', lower_bound=0.0
@@ -360,7 +365,7 @@ def hparams():
 # cadence of evaluation and checkpoints and the number of rounds).
 _RUN_FLAGS = (
     TASK, ALGORITHM, SEED, TOTAL_ROUNDS, POPULATION, CLIENTS_PER_ROUND, CLIENT_EPOCHS,
-    CLIENT_BATCH_SIZE, CLIENT_LEARNING_RATE, SERVER_LEARNING_RATE,
+    CLIENT_STEPS, CLIENT_BATCH_SIZE, CLIENT_LEARNING_RATE, SERVER_LEARNING_RATE,
     ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
     CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
@@ -482,6 +487,7 @@ def training_config(dp: Optional[DpSettings] = None):
       total_rounds=TOTAL_ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value,
       client_epochs=CLIENT_EPOCHS.value,
+      client_steps=CLIENT_STEPS.value,
       client_batch_size=CLIENT_BATCH_SIZE.value,
       rounds_per_eval=ROUNDS_PER_EVAL.value,
       rounds_per_checkpoint=ROUNDS_PER_CHECKPOINT.value,

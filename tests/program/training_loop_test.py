@@ -1,5 +1,6 @@
 """The training program on the tiny task: outputs, resume, refusals."""
 
+import csv
 import dataclasses
 import os
 import threading
@@ -155,6 +156,26 @@ def test_local_clients_never_sampled_keep_the_initial_model(tmp_path):
   store = store_lib.ClientStateStore(experiment.store_path, create=False)
   stored = [c for c, s in zip(TASK.client_ids, store.read(TASK.client_ids)) if s is not None]
   assert len(stored) == 3  # Only the round's clients have a state.
+
+
+def test_client_steps_cap_the_batches_a_client_trains(tmp_path):
+  """One step of batch 4 a client: 3 clients train on 12 examples a round."""
+  config = training_loop.TrainingConfig(**{**CONFIG.__dict__, 'total_rounds': 2})
+  counts = {}
+  for steps in (0, 1):
+    name = f'steps_{steps}'
+    training_loop.run_training(
+        TASK, process_for('fedavg'), dataclasses.replace(config, client_steps=steps),
+        outputs.ExperimentDir(str(tmp_path), name),
+        run_config={'algorithm': 'fedavg', 'client_steps': steps}, progress_stream=None,
+    )
+    with open(tmp_path / name / 'metrics.csv') as f:
+      counts[steps] = [
+          (int(r['client_work/train/num_batches']), int(r['client_work/train/num_examples']))
+          for r in csv.DictReader(f)
+      ]
+  assert counts[1] == [(3, 12), (3, 12)]
+  assert all(batches > 3 for batches, _ in counts[0])  # Every client has more than 4 examples.
 
 
 def test_refuses_to_resume_with_other_settings(tmp_path):

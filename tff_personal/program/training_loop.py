@@ -52,6 +52,8 @@ class TrainingConfig:
     total_rounds: rounds to run.
     clients_per_round: clients sampled per round (without replacement).
     client_epochs: local epochs per round.
+    client_steps: at most this many batches of those epochs a round (local
+      SGD steps; Ditto's scripts train 2 a round); 0: all of them.
     client_batch_size: local batch size.
     rounds_per_eval: evaluate every this many rounds (and after the last).
     rounds_per_checkpoint: checkpoint every this many rounds (and at the end).
@@ -78,6 +80,7 @@ class TrainingConfig:
   total_rounds: int
   clients_per_round: int
   client_epochs: int = 1
+  client_steps: int = 0
   client_batch_size: int = 20
   rounds_per_eval: int = 10
   rounds_per_checkpoint: int = 10
@@ -389,6 +392,8 @@ def _train_round(
     dataset = task.train_dataset(
         c, epochs=config.client_epochs, batch_size=config.client_batch_size, seed=seed
     )
+    if config.client_steps:
+      dataset = dataset.take(config.client_steps)
     client_data.append(threat.client_input(process, c, dataset, seed))
   personal_states = personal.read(
       clients, round_num, lambda: process.get_model_weights(state)
