@@ -129,7 +129,7 @@ def test_bad_worker_binary(tmp_path):
 
 
 def test_the_installed_worker_cannot_switch_device(tff_context):
-  del tff_context  # The session's local worker (device auto).
+  del tff_context  # This process's local worker (device auto).
   with pytest.raises(RuntimeError, match='already installed; cannot switch to .* device cpu'):
     context.install_local_context(device='cpu')
   with pytest.raises(devices.DeviceError, match='--device=gpu'):
