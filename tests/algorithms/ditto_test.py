@@ -12,6 +12,7 @@ from tff_personal.algorithms import common
 from tff_personal.algorithms import ditto
 from tff_personal.algorithms import fedavg
 from tff_personal.personal import process as process_lib
+from tff_personal.training import client_training
 
 LEARNING_RATE = 0.1
 MODEL = test_utils.tiny_model_spec()  # Linear softmax: [kernel 2x2, bias 2].
@@ -173,47 +174,56 @@ def test_grid_keeps_lambda_in_the_personal_state(grid_process):
   assert new['ditto_lambda'] == ditto.UNSELECTED_LAMBDA
 
 
+def split_heldout(batches):
+  """(training batches, held-out (x, y)) as the client splits them."""
+  train, heldout_x, heldout_y = [], [], []
+  for x, y in batches:
+    mask = client_training.heldout_mask((x, y), ditto.HELDOUT_BUCKETS).numpy()
+    if (~mask).any():
+      train.append((x[~mask], y[~mask]))
+    heldout_x.append(x[mask])
+    heldout_y.append(y[mask])
+  return train, (np.concatenate(heldout_x), np.concatenate(heldout_y))
+
+
 @pytest.mark.parametrize('seed, selection, previous_lambda', [
     (1, 'first', ditto.UNSELECTED_LAMBDA), (2, 'first', ditto.UNSELECTED_LAMBDA),
-    (3, 'first', ditto.UNSELECTED_LAMBDA), (1, 'every', 0.5), (2, 'every', 5.0),
+    (3, 'first', ditto.UNSELECTED_LAMBDA), (1, 'every', 0.5), (2, 'every', 0.0),
     (3, 'every', ditto.UNSELECTED_LAMBDA),
 ])
-def test_a_choice_picks_the_lowest_validation_loss(
+def test_a_choice_picks_the_lowest_heldout_loss(
     grid_process, every_round_grid_process, seed, selection, previous_lambda
 ):
   process = grid_process if selection == 'first' else every_round_grid_process
   state = process.initialize()
   w = process.get_model_weights(state).trainable
-  batches = client_batches(seed, [4, 4, 4, 4, 6, 4])  # Batch 4 validates.
+  batches = client_batches(seed, [8, 8, 8, 8, 8])
   start = grid_state(0.4, -0.2, previous_lambda)
   output = run_next(process, state, [batches_dataset(batches)], [start])
 
-  train = batches[:4] + batches[5:]
-  x, y = batches[4]
-  losses = [
-      numpy_reference.loss_and_gradients(
-          *numpy_proximal_steps(start['model'].trainable, w, train, 0.3, c), x, y
-      )[0]
-      for c in GRID
-  ]
-  chosen = GRID[int(np.argmin(losses))]
+  train, (x, y) = split_heldout(batches)
+  assert len(x) > 0  # Held-out examples exist, and v never trains on them:
+  candidates = [numpy_proximal_steps(start['model'].trainable, w, train, 0.3, c) for c in GRID]
+  losses = [numpy_reference.loss_and_gradients(*v, x, y)[0] for v in candidates]
+  chosen = int(np.argmin(losses))
   if previous_lambda != ditto.UNSELECTED_LAMBDA:  # A re-choice that keeps lambda shows nothing.
-    assert chosen != previous_lambda
+    assert GRID[chosen] != previous_lambda
   new = output.personal_states[0]
-  assert new['ditto_lambda'] == np.float32(chosen)
-  expected_v = numpy_proximal_steps(start['model'].trainable, w, batches, 0.3, chosen)
-  for actual, expected in zip(new['model'].trainable, expected_v):
+  assert new['ditto_lambda'] == np.float32(GRID[chosen])
+  for actual, expected in zip(new['model'].trainable, candidates[chosen]):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_chosen_lambda_is_kept_with_first_selection(grid_process):
   state = grid_process.initialize()
   w = grid_process.get_model_weights(state).trainable
-  batches = client_batches(4, [3, 3, 3, 3, 3])
+  batches = client_batches(5, [6, 6, 6, 6, 6])
   start = grid_state(0.1, 0.3, 0.5)
   output = run_next(grid_process, state, [batches_dataset(batches)], [start])
   assert output.personal_states[0]['ditto_lambda'] == np.float32(0.5)
-  expected_v = numpy_proximal_steps(start['model'].trainable, w, batches, 0.3, 0.5)
+  train, _ = split_heldout(batches)
+  assert sum(len(y) for _, y in train) < 30  # Some examples are held out.
+  expected_v = numpy_proximal_steps(start['model'].trainable, w, train, 0.3, 0.5)
   for actual, expected in zip(output.personal_states[0]['model'].trainable, expected_v):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 

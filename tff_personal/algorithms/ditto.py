@@ -28,17 +28,20 @@ the global updates with weights n_k, or any robust aggregator, then the
 server's SGD).
 
 Per-client lambda (the paper's Section 3.3 heuristic, `lambda_grid`): a
-client picks its lambda from a candidate grid. For each candidate it trains
-a copy of its v with step 1 on 4/5 of the round's batches and measures the
-mean loss on the other fifth (every fifth batch); the candidate with the
-lowest validation loss (the first on ties, e.g. a client with fewer than 5
-batches) is the round's lambda. With `lambda_selection='every'` a client
-chooses at every participation (Ditto's code chooses at every local step);
-with 'first', once, at its first participation, and keeps it. Choosing once
-locks in the choice made against an early, poor global model: on the 105
-FEMNIST writers 60 of them kept lambda = 0.1 and their v stayed near a local
-model (docs/results_ditto.md). P is then <model=v, ditto_lambda=float32>,
-the last chosen lambda (-1 before the first); without a grid, P = v.
+client picks its lambda from a candidate grid on a validation set of its own,
+a fixed tenth of its examples (`client_training.heldout_mask`) that its
+personal model never trains on, as Ditto's code holds out 10% of a device's
+training data. For each candidate the client trains a copy of its v on the
+other examples (step 1) and measures the mean loss on the held-out ones; the
+candidate with the lowest loss (the first on ties, e.g. a client with no
+held-out example) gives the round's lambda and v. With
+`lambda_selection='every'` a client chooses at every participation (Ditto's
+code chooses at every local step); with 'first', once, at its first
+participation, and keeps it. Choosing once locks in the choice made against
+an early, poor global model: on the 105 FEMNIST writers 60 of them kept
+lambda = 0.1 and their v stayed near a local model (docs/results_ditto.md).
+P is then <model=v, ditto_lambda=float32>, the last chosen lambda (-1 before
+the first); without a grid, P = v and v trains on all the client's data.
 """
 
 import collections
@@ -57,7 +60,7 @@ from tff_personal.training import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 UNSELECTED_LAMBDA = -1.0  # A new client's lambda before it chose from the grid.
-VALIDATION_EVERY = 5  # Every fifth batch validates a lambda candidate.
+HELDOUT_BUCKETS = 10  # With a lambda grid, a tenth of a client's examples validates.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +69,8 @@ class Hparams:
 
   Attributes:
     lambda_: lambda >= 0, the pull of the personal models to the global one.
-    lambda_grid: per-client lambda, chosen at a client's first participation
-      from these candidates by validation loss on a fifth of its round data
-      (overrides lambda_); e.g. 0.05,0.1,0.2 under strong attacks, 0.1,1,2
+    lambda_grid: per-client lambda, chosen from these candidates by the
+      loss on a held-out tenth of the client's examples (overrides lambda_); e.g. 0.05,0.1,0.2 under strong attacks, 0.1,1,2
       otherwise (Li et al. 2021).
     lambda_selection: with lambda_grid, when a client chooses its lambda:
       at every participation ('every') or at its first only ('first').
@@ -114,33 +116,42 @@ def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
           personal_learning_rate, lambda_value,
       )
 
-  def select_lambda(personal_weights, global_weights, dataset):
-    """The grid's candidate with the lowest validation loss (module docstring)."""
-    # tf.equal, not ==: TFF traces in graph mode, where == compares identity.
-    is_validation = lambda i, _: tf.equal(i % VALIDATION_EVERY, VALIDATION_EVERY - 1)
-    indexed = dataset.enumerate()
-    train = indexed.filter(lambda i, batch: tf.logical_not(is_validation(i, batch)))
-    validation = indexed.filter(is_validation)
-    train, validation = (d.map(lambda _, batch: batch) for d in (train, validation))
-    losses = []
+  def select_lambda(personal_weights, global_weights, train, validation):
+    """(lambda, v) of the grid's candidate with the lowest held-out loss."""
+    best = None
     for candidate in lambda_grid:
-      personal_update(personal_weights, global_weights, train, tf.constant(candidate))
-      losses.append(client_training.mean_loss(model, validation))
-    return tf.gather(tf.constant(lambda_grid, tf.float32), tf.argmin(tf.stack(losses)))
+      candidate = tf.constant(candidate, tf.float32)
+      personal_update(personal_weights, global_weights, train, candidate)
+      loss = client_training.mean_loss(model, validation)
+      weights = tf.nest.map_structure(tf.identity, variables)
+      if best is None:
+        best = (loss, candidate, weights)
+        continue
+      better = loss < best[0]
+      best = tf.nest.map_structure(lambda new, old: tf.where(better, new, old),
+                                   (loss, candidate, weights), best)
+    return best[1], best[2]
+
+  def keep_lambda(personal_weights, global_weights, train, lambda_value):
+    personal_update(personal_weights, global_weights, train, lambda_value)
+    return lambda_value, tf.nest.map_structure(tf.identity, variables)
 
   @tf.function
   def client_update(global_weights, personal_state, dataset):
     if lambda_grid:
+      train, validation = client_training.split_heldout(dataset, HELDOUT_BUCKETS)
       personal_weights = personal_state['model']
       lambda_value = personal_state['ditto_lambda']
       if choose_every_round or lambda_value < 0:
-        lambda_value = select_lambda(personal_weights, global_weights, dataset)
-    else:
-      personal_weights, lambda_value = personal_state, tf.constant(hparams.lambda_)
-    personal_update(personal_weights, global_weights, dataset, lambda_value)
-    new_personal = tf.nest.map_structure(tf.identity, variables)
-    if lambda_grid:
+        lambda_value, new_personal = select_lambda(
+            personal_weights, global_weights, train, validation)
+      else:
+        lambda_value, new_personal = keep_lambda(
+            personal_weights, global_weights, train, lambda_value)
       new_personal = collections.OrderedDict(model=new_personal, ditto_lambda=lambda_value)
+    else:
+      personal_update(personal_state, global_weights, dataset, tf.constant(hparams.lambda_))
+      new_personal = tf.nest.map_structure(tf.identity, variables)
     model.reset_metrics()  # Training metrics are the global model's, as FedAvg's.
 
     assign(global_weights)

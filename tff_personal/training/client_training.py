@@ -107,3 +107,42 @@ def all_finite(structure) -> tf.Tensor:
       if tf.as_dtype(t.dtype).is_floating
   ]
   return tf.reduce_all(tf.stack(flags)) if flags else tf.constant(True)
+
+
+def heldout_mask(batch, num_buckets: int) -> tf.Tensor:
+  """True for the examples of `batch` held out: a fixed 1/num_buckets of a client's data.
+
+  An example is held out when a hash of its feature and label values falls
+  in bucket 0, so the same examples are held out in every round whatever the
+  shuffling and batching (a validation set that the personal model never
+  trains on, as Ditto's code holds out 10% of a device's training data).
+  """
+  columns = []
+  for tensor in tf.nest.flatten(batch):
+    flat = tf.reshape(tensor, [tf.shape(tensor)[0], -1])
+    if flat.dtype != tf.string:
+      flat = tf.strings.as_string(flat)
+    columns.append(tf.strings.reduce_join(flat, axis=1, separator=','))
+  fingerprints = tf.strings.reduce_join(tf.stack(columns, axis=1), axis=1, separator='|')
+  return tf.equal(tf.strings.to_hash_bucket_fast(fingerprints, num_buckets), 0)
+
+
+def split_heldout(dataset: tf.data.Dataset, num_buckets: int):
+  """(training, held-out) batches of `dataset` by `heldout_mask`; empty batches dropped."""
+
+  # A dataset of tuples passes a batch to map and filter as separate arguments.
+  as_batch = lambda components: components[0] if len(components) == 1 else components
+
+  def select(keep_heldout):
+    def masked(*components):
+      batch = as_batch(components)
+      mask = heldout_mask(batch, num_buckets)
+      mask = mask if keep_heldout else tf.logical_not(mask)
+      return tf.nest.map_structure(lambda t: tf.boolean_mask(t, mask), batch)
+
+    def non_empty(*components):
+      return tf.shape(tf.nest.flatten(as_batch(components))[0])[0] > 0
+
+    return dataset.map(masked).filter(non_empty)
+
+  return select(keep_heldout=False), select(keep_heldout=True)
