@@ -13,14 +13,26 @@ ACC = 'sparse_categorical_accuracy'
 
 def write_run(root, name, accuracies, *, classes=5, seed=0, clients_per_round=2,
               central=None, flagged=None, round_flagged=-1, adversaries=(),
-              before_finetune=None, config=None):
+              before_finetune=None, config=None, windowed_peak=None):
   """A finished run: run_config.json, summary.json and eval_per_client.csv
-  (evaluated at rounds 10 and 20)."""
+  (evaluated at rounds 10 and 20); with the detector, metrics.csv whose
+  windowed w_div peaks at `windowed_peak` (default: over the threshold 0.03
+  iff flagged; a flag under it is the flag-when-blind rule's)."""
   path = os.path.join(root, name)
   os.makedirs(path)
+  config = {'task': 'fmnist', 'classes_per_client': classes, 'seed': seed,
+            'clients_per_round': clients_per_round, 'total_rounds': 20, **(config or {})}
+  if flagged is not None:
+    config.update(nfl_threshold=0.03, nfl_warmup_rounds=2, nfl_window=1)
+    if windowed_peak is None:
+      windowed_peak = 0.05 if flagged else 0.01
+    with open(os.path.join(path, 'metrics.csv'), 'w', newline='') as f:
+      writer = csv.DictWriter(f, ['round', 'nfl/windowed_w_div'])
+      writer.writeheader()
+      for round_num, value in enumerate([0.9, 0.9, 0.0, windowed_peak], start=1):
+        writer.writerow({'round': round_num, 'nfl/windowed_w_div': value})  # 1-2: warm-up.
   with open(os.path.join(path, 'run_config.json'), 'w') as f:
-    json.dump({'task': 'fmnist', 'classes_per_client': classes, 'seed': seed,
-               'clients_per_round': clients_per_round, 'total_rounds': 20, **(config or {})}, f)
+    json.dump(config, f)
   final = {'eval/accuracy_mean': sum(
       a for c, a in accuracies.items() if c not in adversaries
   ) / sum(c not in adversaries for c in accuracies)}
@@ -80,6 +92,7 @@ def table(tmp_path):
       ('classes_2', 'fedavg', 1): write_run(
           root, 'cf1', {'a': 0.7, 'b': 0.7, 'c': 0.7}, classes=2, seed=1, central=0.7,
           flagged=True, round_flagged=9, before_finetune={'a': 0.7, 'b': 0.7, 'c': 0.7},
+          windowed_peak=0.02,  # Flagged by the flag-when-blind rule.
       ),
       # Another setting with two classes per client (all clients a round).
       ('full_2', 'fedavg', 0): write_run(
@@ -140,6 +153,17 @@ def test_confusion_counts_and_first_flags(table):
   assert (matrix.true_positive, matrix.false_positive, matrix.false_negative,
           matrix.true_negative) == (1, 1, 0, 1)
   assert matrix.first_rounds == (('classes_2', 0, 7), ('classes_2', 1, 9))
+
+
+def test_confusion_counts_without_the_blind_rule_replay_the_threshold(table):
+  assert table[('classes_2', 'fedavg')][0].flagged_without_blind_rule is True
+  assert table[('classes_2', 'fedavg')][1].flagged_without_blind_rule is False
+  assert table[('default', 'fedavg')][0].flagged_without_blind_rule is False
+  matrix = nfl_table.confusion(table, blind_rule=False)
+  # classes_2 seed 1 (no NFL) was flagged only by the blind rule: now a true negative.
+  assert (matrix.true_positive, matrix.false_positive, matrix.false_negative,
+          matrix.true_negative) == (1, 0, 0, 2)
+  assert matrix.first_rounds == ()
 
 
 def test_markdown_and_checks(table):

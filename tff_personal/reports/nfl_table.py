@@ -16,7 +16,10 @@ per (setting, column) over the seeds that finished:
     (participation, poisoning, DP, the aggregator) do not change a benign
     client's data or its private model, so one Local run serves them all;
   * the detector's verdict where the run has it (`summary['nfl']`): flagged
-    or not, and the round of the first flag.
+    or not, and the round of the first flag; and the verdict it would have
+    given without the flag-when-blind rule, replayed from the run's logged
+    windowed w_div (flagged iff it reached the threshold in a round the
+    detector may flag).
 
 The detector is judged on FedAvg's runs: a (cell, seed) is in NFL when
 FedAvg's beta is negative; confusion counts compare that with the flag.
@@ -83,6 +86,7 @@ class RunResult:
   beta: Optional[float]
   flagged: Optional[bool] = None
   round_flagged: Optional[int] = None
+  flagged_without_blind_rule: Optional[bool] = None
 
 
 def read_eval_rows(experiment_dir: str) -> list[dict]:
@@ -129,6 +133,11 @@ def results_of_run(
   nfl = summary.get('nfl') or {}
   flagged = bool(nfl['nfl/flagged']) if 'nfl/flagged' in nfl else None
   round_flagged = int(nfl['nfl/round_flagged']) if flagged else None
+  flagged_without_blind_rule = None
+  if flagged is not None:
+    with open(os.path.join(experiment_dir, 'run_config.json')) as f:
+      threshold = json.load(f)['nfl_threshold']
+    flagged_without_blind_rule = largest_windowed_w_div(experiment_dir) >= threshold
   rows = read_eval_rows(experiment_dir)
   local_rows = read_eval_rows(local_dir) if local_dir else None
 
@@ -142,6 +151,7 @@ def results_of_run(
         beta=beta,
         flagged=flagged,
         round_flagged=round_flagged,
+        flagged_without_blind_rule=flagged_without_blind_rule,
     )
 
   if 'eval/before_finetune_accuracy_mean' in final:
@@ -252,19 +262,23 @@ class Confusion:
 
 
 def confusion(
-    table: Mapping[tuple[str, str], Mapping[int, RunResult]], column: str = 'fedavg'
+    table: Mapping[tuple[str, str], Mapping[int, RunResult]], column: str = 'fedavg',
+    blind_rule: bool = True,
 ) -> Confusion:
-  """Confusion counts of the detector over every (setting, seed) of `column`."""
+  """Confusion counts of the detector over every (setting, seed) of `column`,
+  with the runs' verdicts or, `blind_rule=False`, those replayed without the
+  flag-when-blind rule (first rounds are then not known and left empty)."""
   counts = {(True, True): 0, (True, False): 0, (False, True): 0, (False, False): 0}
   first_rounds = []
   for (setting, name), per_seed in sorted(table.items()):
     if name != column:
       continue
     for seed, result in sorted(per_seed.items()):
-      if result.flagged is None or result.beta is None:
+      flagged = result.flagged if blind_rule else result.flagged_without_blind_rule
+      if flagged is None or result.beta is None:
         continue
-      counts[(result.flagged, result.beta < 0)] += 1
-      if result.flagged:
+      counts[(flagged, result.beta < 0)] += 1
+      if flagged and blind_rule:
         first_rounds.append((setting, seed, result.round_flagged))
   return Confusion(
       counts[(True, True)], counts[(True, False)], counts[(False, True)],
@@ -346,6 +360,8 @@ def report(
       markdown(table),
       '',
       f'Detector on FedAvg runs (NFL = beta < 0): {matrix}.',
+      'The same without the flag-when-blind rule (replayed from the logged windowed'
+      f' w_div): {confusion(table, blind_rule=False)}.',
       'First flags (setting, seed, round): '
       + (', '.join(f'{s} {seed} r{r}' for s, seed, r in matrix.first_rounds) or 'none') + '.',
       '',
