@@ -109,22 +109,39 @@ def all_finite(structure) -> tf.Tensor:
   return tf.reduce_all(tf.stack(flags)) if flags else tf.constant(True)
 
 
+_PRIME = 2_147_483_647  # 2^31 - 1: products of two residues fit in int64.
+
+
+def _example_words(tensor: tf.Tensor) -> tf.Tensor:
+  """[batch, n] int64 in [0, 2^32): each example's values as 32-bit words."""
+  flat = tf.reshape(tensor, [tf.shape(tensor)[0], -1])
+  if flat.dtype == tf.string:
+    return tf.strings.to_hash_bucket_fast(flat, 2**32)
+  if flat.dtype.is_floating:
+    flat = tf.bitcast(tf.cast(flat, tf.float32), tf.int32)
+  return tf.math.floormod(tf.cast(flat, tf.int64), 2**32)
+
+
 def heldout_mask(batch, num_buckets: int) -> tf.Tensor:
   """True for the examples of `batch` held out: a fixed 1/num_buckets of a client's data.
 
   An example is held out when a hash of its feature and label values falls
   in bucket 0, so the same examples are held out in every round whatever the
   shuffling and batching (a validation set that the personal model never
-  trains on, as Ditto's code holds out 10% of a device's training data).
+  trains on, as Ditto's code holds out 10% of a device's training data). The
+  hash is a weighted sum of the values' bits modulo a prime: integer ops
+  only, cheap next to a training step.
   """
-  columns = []
-  for tensor in tf.nest.flatten(batch):
-    flat = tf.reshape(tensor, [tf.shape(tensor)[0], -1])
-    if flat.dtype != tf.string:
-      flat = tf.strings.as_string(flat)
-    columns.append(tf.strings.reduce_join(flat, axis=1, separator=','))
-  fingerprints = tf.strings.reduce_join(tf.stack(columns, axis=1), axis=1, separator='|')
-  return tf.equal(tf.strings.to_hash_bucket_fast(fingerprints, num_buckets), 0)
+  tensors = tf.nest.flatten(batch)
+  fingerprint = tf.zeros([tf.shape(tensors[0])[0]], tf.int64)
+  for tensor in tensors:
+    words = tf.math.floormod(_example_words(tensor), _PRIME)
+    positions = tf.range(1, tf.shape(words)[1] + 1, dtype=tf.int64)
+    weights = tf.math.floormod(positions * 2_654_435_761, _PRIME)
+    value = tf.reduce_sum(tf.math.floormod(words * weights, _PRIME), axis=1)
+    fingerprint = tf.math.floormod(fingerprint * 1_000_003 + value, _PRIME)
+  mixed = tf.math.floormod(fingerprint * 48_271, _PRIME)
+  return tf.equal(tf.math.floormod(mixed, num_buckets), 0)
 
 
 def split_heldout(dataset: tf.data.Dataset, num_buckets: int):
