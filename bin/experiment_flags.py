@@ -25,6 +25,7 @@ import device_flags  # bin/device_flags.py
 from tff_personal.aggregators import names as aggregator_names
 from tff_personal.algorithms import registry as algorithm_registry
 from tff_personal.attacks import roles as attack_roles
+from tff_personal.runtime import context  # pylint: disable=unused-import  # Its import: a quiet exit on bad flags.
 from tff_personal.runtime import devices
 from tff_personal.runtime import log_levels
 from tff_personal.tasks import options as task_options_lib

@@ -341,16 +341,26 @@ def test_task_cache_dir_is_absolute(tmp_path, monkeypatch):
     assert ef.task_options().cache_dir == os.path.join(os.path.expanduser('~'), 'x')
 
 
-def test_bad_input_in_a_process_of_its_own_ends_at_its_error_line(tmp_path):
+@pytest.mark.parametrize(
+    'argv, expected',
+    [
+        (['--task=femnist', '--population=1000'],
+         'train.py: error: --population=1000 exceeds the 105 clients'),
+        # Refused by absl's parser, before main() runs.
+        (['--algorithm=bogus'], 'train.py: error: flag --algorithm=bogus: value should be one of'),
+    ],
+    ids=['refused_in_main', 'refused_by_the_flag_parser'],
+)
+def test_bad_input_in_a_process_of_its_own_ends_at_its_error_line(argv, expected, tmp_path):
   """TFF's import-time context, never used when the input is refused, is
   dropped before Python tears down (its clean-up printed a traceback after
   the error line)."""
   run = subprocess.run(
       [sys.executable, os.path.join(binaries.REPO_ROOT, 'bin', 'train.py'),
-       '--task=femnist', '--population=1000', f'--root_output_dir={tmp_path}'],
+       *argv, f'--root_output_dir={tmp_path}'],
       capture_output=True, text=True, timeout=300,
       env=dict(os.environ, PYTHONPATH=binaries.REPO_ROOT),
   )
   assert run.returncode == 2
-  assert 'train.py: error: --population=1000 exceeds the 105 clients' in run.stderr
+  assert expected in run.stderr
   assert 'Traceback' not in run.stderr and 'Exception ignored' not in run.stderr, run.stderr
