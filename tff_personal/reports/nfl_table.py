@@ -137,7 +137,9 @@ def results_of_run(
   if flagged is not None:
     with open(os.path.join(experiment_dir, 'run_config.json')) as f:
       threshold = json.load(f)['nfl_threshold']
-    flagged_without_blind_rule = largest_windowed_w_div(experiment_dir) >= threshold
+    largest = largest_windowed_w_div(experiment_dir)
+    # A run that ended before the detector armed could not flag without the rule.
+    flagged_without_blind_rule = largest is not None and largest >= threshold
   rows = read_eval_rows(experiment_dir)
   local_rows = read_eval_rows(local_dir) if local_dir else None
 
@@ -330,10 +332,11 @@ CALIBRATION_SETTINGS = ('iid_full', 'full', 'iid_full_noise_moderate')
 CALIBRATION_MARGIN = 1.25
 
 
-def largest_windowed_w_div(experiment_dir: str) -> float:
+def largest_windowed_w_div(experiment_dir: str) -> Optional[float]:
   """The largest windowed w_div of a detector run over the rounds it may flag
-  (after the warm-up, with a full window): the threshold is calibrated as
-  `CALIBRATION_MARGIN` x this on a clean, full-participation FedAvg run."""
+  (after the warm-up, with a full window), or None if it ended before any:
+  the threshold is calibrated as `CALIBRATION_MARGIN` x this on a clean,
+  full-participation FedAvg run."""
   with open(os.path.join(experiment_dir, 'run_config.json')) as f:
     config = json.load(f)
   first = max(config['nfl_warmup_rounds'] + 1, config['nfl_window'])
@@ -342,9 +345,7 @@ def largest_windowed_w_div(experiment_dir: str) -> float:
         float(row['nfl/windowed_w_div']) for row in csv.DictReader(f)
         if int(row['round']) >= first and row.get('nfl/windowed_w_div')
     ]
-  if not values:
-    raise ValueError(f'{experiment_dir}: no detector rounds after the warm-up.')
-  return max(values)
+  return max(values) if values else None
 
 
 def report(
@@ -371,7 +372,8 @@ def report(
     if calibration_run and table[(setting, column)][seed].flagged is not None:
       largest = largest_windowed_w_div(path)
       lines.append(
-          f'Calibration: {setting} seed {seed}: largest windowed w_div after the warm-up'
+          f'Calibration: {setting} seed {seed}: no rounds after the warm-up.' if largest is None
+          else f'Calibration: {setting} seed {seed}: largest windowed w_div after the warm-up'
           f' {largest:.4f}; {CALIBRATION_MARGIN} x that = {CALIBRATION_MARGIN * largest:.4f}.'
       )
   lines.append('')
