@@ -47,6 +47,9 @@ SETTINGS = {
     'eps_inf_clip001': 'DP clipping to 0.01, no noise (epsilon = inf)',
     'eps_8_clip001': 'DP, epsilon = 8, clip norm 0.01',
     'eps_2_clip001': 'DP, epsilon = 2, clip norm 0.01',
+    'classes_4': 'k = 4 classes per client',
+    'classes_8': 'k = 8 classes per client',
+    'classes_10': 'k = 10 classes per client (IID)',
 }
 COLUMNS = {
     'fedavg': 'FedAvg',
@@ -60,6 +63,10 @@ COLUMNS = {
     'fedavg_k_norm': 'k-norm',
     'fedavg_clipping': 'Clipping',
     'fedper': 'FedPer',
+    'fedper_kp1': 'FedPer K_P=1',
+    'fedper_kp2': 'FedPer K_P=2',
+    'fedper_kp3': 'FedPer K_P=3',
+    'fedper_linear': 'FedPer, linear base',
     'ditto': 'Ditto',
     'ditto_median': 'Ditto + median',
     'ditto_clipping': 'Ditto + clipping',
