@@ -3,8 +3,9 @@
 "Communication-Efficient Learning of Deep Networks from Decentralized Data":
 two 5x5 convolutions (32 and 64 channels, each followed by 2x2 max pooling),
 a fully connected layer of 512 units with ReLU, and a linear layer of class
-logits. Ditto (Li et al. 2021) uses the same network for FEMNIST. With 62
-classes on 28x28x1 inputs it has 1,690,046 parameters.
+logits. With 62 classes on 28x28x1 inputs it has 1,690,046 parameters.
+Ditto's code (Li et al. 2021) trains a smaller one on FEMNIST: 16 and 32
+channels, 128 dense units, dropout 0.25 and 0.5 (about 0.2M parameters).
 
 FedPer blocks, bottom to top: [conv1, pool1], [conv2, pool2, flatten],
 [dense], [logits]; the classifier (`logits`) is FedPer's block 1.
