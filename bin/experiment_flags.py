@@ -280,6 +280,11 @@ STACKOVERFLOW_VOCAB_SOURCE = flags.DEFINE_enum(
 SEQUENCE_LENGTH = flags.DEFINE_integer(
     'sequence_length', 0, 'Tokens per example of text tasks; 0 = task default.', lower_bound=0
 )
+CNN = flags.DEFINE_enum(
+    'cnn', 'fedavg', task_options_lib.CNNS,
+    "CNN of emnist and femnist: fedavg (McMahan et al. 2017, 1.7M parameters) or ditto"
+    " (Ditto's code's FEMNIST CNN: 16/32 channels, 128 units, dropout 0.25/0.5; 0.2M).",
+)
 
 
 
@@ -370,7 +375,7 @@ _RUN_FLAGS = (
     ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
     CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
-    STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH,
+    STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH, CNN,
     *(holder for by_field in ALGORITHM_FLAGS.values() for holder in by_field.values()),
     AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
@@ -430,6 +435,7 @@ def task_options() -> task_options_lib.TaskOptions:
       stackoverflow_task=STACKOVERFLOW_TASK.value,
       stackoverflow_vocab_source=STACKOVERFLOW_VOCAB_SOURCE.value,
       sequence_length=SEQUENCE_LENGTH.value,
+      cnn=CNN.value,
   )
 
 
@@ -646,6 +652,11 @@ def _check_split_rounds(num_workers: int) -> None:
 
 def build_task(check_sampling: bool = True):
   """The task of the flags, checked against --population/--clients_per_round."""
+  if CNN.value != CNN.default and TASK.value not in task_options_lib.CNN_TASKS:
+    raise UsageError(
+        f'--cnn={CNN.value} applies to the tasks {", ".join(task_options_lib.CNN_TASKS)};'
+        f' task {TASK.value} has its own model.'
+    )
   task = task_registry.build_task(TASK.value, task_options())
   if not check_sampling:
     return task

@@ -98,6 +98,28 @@ def test_too_many_clients_per_round(capsys, cache_dir, tmp_path):
       capsys, excinfo)
 
 
+def test_cnn_on_a_task_with_its_own_model(capsys, tmp_path):
+  with pytest.raises(SystemExit) as excinfo:
+    run_main(['--task=shakespeare', '--cnn=ditto', f'--root_output_dir={tmp_path}'])
+  assert '--cnn=ditto applies to the tasks emnist, femnist; task shakespeare has its own' in (
+      one_line_error(capsys, excinfo))
+
+
+def test_ditto_cnn_run_reproduces_itself(cache_dir, tmp_path):
+  """Dropout inside the TFF computation: two runs of the same flags agree exactly."""
+  for name in ('a', 'b'):
+    run_main(SMALL_RUN + [
+        f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}', f'--experiment_name={name}',
+        '--cnn=ditto', '--total_rounds=2', '--algorithm=ditto', '--client_steps=2',
+    ])
+  rows = {
+      name: outputs.RoundCsv(outputs.ExperimentDir(str(tmp_path), name).metrics_path).read()
+      for name in ('a', 'b')
+  }
+  losses = [[row['client_work/train/loss'] for row in rows[name]] for name in ('a', 'b')]
+  assert losses[0] == losses[1] and len(losses[0]) == 2
+
+
 def test_missing_data(capsys, tmp_path):
   with pytest.raises(SystemExit) as excinfo:
     run_main([f'--femnist_path={tmp_path}/absent.npz', f'--root_output_dir={tmp_path}'])

@@ -56,6 +56,23 @@ def test_no_stochastic_or_batch_statistics_layers(emnist_cnn):
   assert not emnist_cnn.non_trainable_weights
 
 
+def test_ditto_femnist_cnn():
+  model = cnn.build_cnn(62, (28, 28, 1), *cnn.DITTO_FEMNIST)
+  # conv1 416, conv2 12,832, dense 1568*128+128, logits 128*62+62.
+  assert model.count_params() == 416 + 12_832 + 200_832 + 7_998 == 222_078
+  assert [l.name for l in model.layers] == [
+      'x', 'conv1', 'pool1', 'conv2', 'pool2', 'dropout_conv', 'flatten', 'dense',
+      'dropout_dense', 'logits',
+  ]
+  assert [l.rate for l in model.layers if 'dropout' in l.name] == [0.25, 0.5]
+  blocks = cnn.cnn_blocks(with_dropout=True)
+  assert [n for block in blocks for n in block] == [l.name for l in model.layers[1:]]
+  x = tf.random.stateless_uniform([4, 28, 28, 1], seed=[0, 1])
+  np.testing.assert_array_equal(model(x, training=False), model(x))
+  assert not np.allclose(model(x, training=True), model(x))
+  np.testing.assert_array_equal(model(x, training=True), model(x, training=True))
+
+
 def test_bad_filters():
   with pytest.raises(ValueError, match='conv_filters'):
     cnn.build_cnn(conv_filters=(8,))

@@ -41,9 +41,11 @@ PRIVATE_MODEL_FLAGS = (
     'task', 'seed', 'population', 'eval_clients', 'partition', 'num_clients',
     'classes_per_client', 'dirichlet_alpha', 'test_fraction', 'sequence_length',
     'data_dir', 'femnist_path', 'cache_dir', 'stackoverflow_task',
-    'stackoverflow_vocab_source', 'total_rounds', 'client_epochs', 'client_batch_size',
+    'stackoverflow_vocab_source', 'cnn', 'total_rounds', 'client_epochs', 'client_batch_size',
     'client_learning_rate',
 )
+# Values of those flags in runs recorded before the flag existed.
+_MISSING_FLAG_VALUES = {'cnn': 'fedavg'}
 # Settings and columns in table order, with their printed names.
 SETTINGS = {
     'default': 'default',
@@ -176,7 +178,9 @@ def private_model_key(experiment_dir: str) -> tuple:
   for name in _PATH_FLAGS:
     if config.get(name):
       config[name] = os.path.realpath(config[name])
-  return tuple(json.dumps(config.get(name)) for name in PRIVATE_MODEL_FLAGS)
+  return tuple(
+      json.dumps(config.get(name, _MISSING_FLAG_VALUES.get(name))) for name in PRIVATE_MODEL_FLAGS
+  )
 
 
 def collect(

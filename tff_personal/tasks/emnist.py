@@ -12,7 +12,8 @@ Preprocessing follows TFF's EMNIST baselines: x = `pixels` as [28, 28, 1]
 float32, kept in TFF's convention (1.0 = background, 0.0 = ink); y = `label`
 (int32). Training data is shuffled with a seed, repeated and batched;
 evaluation data is only batched. The model is the CNN of McMahan et al. 2017
-(`tff_personal.models.cnn`) with 62 logits.
+(`tff_personal.models.cnn`) with 62 logits, or Ditto's smaller one with
+dropout (`TaskOptions.cnn`).
 """
 
 import os
@@ -66,18 +67,32 @@ def classifier_spec(
   )
 
 
+# The CNNs of `TaskOptions.cnn` for EMNIST and FEMNIST.
+CNN_SHAPES = {'fedavg': cnn.FEDAVG, 'ditto': cnn.DITTO_FEMNIST}
+
+
 def cnn_spec(
     num_classes: int = EMNIST_NUM_CLASSES,
     input_shape: Sequence[int] = EMNIST_SHAPE,
-    conv_filters: Sequence[int] = (32, 64),
-    dense_units: int = 512,
+    conv_filters: Sequence[int] = cnn.FEDAVG.conv_filters,
+    dense_units: int = cnn.FEDAVG.dense_units,
+    dropout_rates: Sequence[float] = (0.0, 0.0),
 ) -> model_spec.ModelSpec:
-  """The FedAvg CNN as a `ModelSpec` (defaults: the EMNIST-62 model)."""
+  """The CNN as a `ModelSpec` (defaults: FedAvg's EMNIST-62 model)."""
   return classifier_spec(
-      build=lambda: cnn.build_cnn(num_classes, input_shape, conv_filters, dense_units),
-      blocks=cnn.cnn_blocks(),
+      build=lambda: cnn.build_cnn(
+          num_classes, input_shape, conv_filters, dense_units, dropout_rates
+      ),
+      blocks=cnn.cnn_blocks(with_dropout=any(dropout_rates)),
       input_shape=input_shape,
   )
+
+
+def emnist_cnn_spec(name: str) -> model_spec.ModelSpec:
+  """The EMNIST-62 CNN named `name` in `CNN_SHAPES` (`TaskOptions.cnn`)."""
+  if name not in CNN_SHAPES:
+    raise ValueError(f'Unknown cnn {name!r}; allowed: {", ".join(CNN_SHAPES)}.')
+  return cnn_spec(EMNIST_NUM_CLASSES, EMNIST_SHAPE, *CNN_SHAPES[name])
 
 
 def emnist_element_to_xy(element):
@@ -92,8 +107,11 @@ emnist_preprocess_train, emnist_preprocess_eval = base.example_preprocessing(
 )
 
 
-def emnist_task_from_cache_dir(name: str, cache_dir: str) -> base.Task:
-  """The EMNIST-62 task over `<cache_dir>/emnist_all.sqlite`, which must exist."""
+def emnist_task_from_cache_dir(name: str, cache_dir: str, cnn_name: str = 'fedavg') -> base.Task:
+  """The EMNIST-62 task over `<cache_dir>/emnist_all.sqlite`, which must exist.
+
+  `cnn_name` picks the model from `CNN_SHAPES`.
+  """
   train, test = tff.simulation.datasets.emnist.load_data(
       only_digits=False, cache_dir=cache_dir
   )
@@ -101,7 +119,7 @@ def emnist_task_from_cache_dir(name: str, cache_dir: str) -> base.Task:
       name=name,
       train_data=train,
       test_data=test,
-      model=cnn_spec(),
+      model=emnist_cnn_spec(cnn_name),
       preprocess_train=emnist_preprocess_train,
       preprocess_eval=emnist_preprocess_eval,
       default_personal_blocks=1,
@@ -117,4 +135,4 @@ def build_emnist_task(options: task_options.TaskOptions) -> base.Task:
   """
   cache_dir = os.path.expanduser(options.cache_dir)
   require_cached_file(cache_dir, EMNIST_FILENAME, EMNIST_URL, 'emnist')
-  return emnist_task_from_cache_dir('emnist', cache_dir)
+  return emnist_task_from_cache_dir('emnist', cache_dir, options.cnn)

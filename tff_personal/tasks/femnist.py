@@ -108,4 +108,4 @@ def build_femnist_task(options: task_options.TaskOptions) -> base.Task:
         ' point --femnist_path at femnist105.npz.'
     )
   folder = prepare_femnist_sqlite(path, options.cache_dir)
-  return emnist.emnist_task_from_cache_dir('femnist', folder)
+  return emnist.emnist_task_from_cache_dir('femnist', folder, options.cnn)

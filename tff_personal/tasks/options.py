@@ -32,6 +32,9 @@ class TaskOptions:
     stackoverflow_vocab_source: `auto` (TFF's count files when cached, else
       counted from the training clients), `count_files` or `clients`.
     sequence_length: tokens per example for text tasks (0 = task default).
+    cnn: the CNN of `emnist` and `femnist`: `fedavg` (McMahan et al. 2017,
+      1.7M parameters) or `ditto` (Ditto's code's FEMNIST CNN: 16 and 32
+      channels, 128 units, dropout 0.25 and 0.5; 0.2M parameters).
   """
 
   seed: int = 0
@@ -46,8 +49,11 @@ class TaskOptions:
   stackoverflow_task: str = 'word'
   stackoverflow_vocab_source: str = 'auto'
   sequence_length: int = 0
+  cnn: str = 'fedavg'
 
 
 PARTITIONS = ('k_classes', 'ditto', 'dirichlet')
 STACKOVERFLOW_TASKS = ('word', 'tag')
 STACKOVERFLOW_VOCAB_SOURCES = ('auto', 'count_files', 'clients')
+CNNS = ('fedavg', 'ditto')
+CNN_TASKS = ('emnist', 'femnist')

@@ -1,0 +1,67 @@
+"""Tests of SeededDropout: reproducible masks, scaling, identity at inference."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_personal.models import seeded_dropout
+
+
+def _batch(seed=0, shape=(8, 50)):
+  return tf.constant(np.random.default_rng(seed).uniform(0.5, 1.5, shape), tf.float32)
+
+
+def test_identity_when_not_training():
+  layer = seeded_dropout.SeededDropout(0.5, salt=1)
+  x = _batch()
+  np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+  np.testing.assert_array_equal(layer(x).numpy(), x.numpy())
+
+
+def test_kept_units_are_scaled_and_the_rest_zeroed():
+  layer = seeded_dropout.SeededDropout(0.25, salt=1)
+  x = _batch()
+  y = layer(x, training=True).numpy()
+  kept = y != 0
+  np.testing.assert_allclose(y[kept], x.numpy()[kept] / 0.75, rtol=1e-6)
+  # 400 units at rate 0.25: the dropped share is near 0.25 (binomial sd 0.022).
+  assert 0.15 < 1 - kept.mean() < 0.35
+
+
+def test_same_batch_same_mask_other_batch_other_mask():
+  layer = seeded_dropout.SeededDropout(0.5, salt=1)
+  x, other = _batch(0), _batch(1)
+  mask = layer(x, training=True).numpy() != 0
+  np.testing.assert_array_equal(layer(x, training=True).numpy() != 0, mask)
+  assert (layer(other, training=True).numpy() != 0).tolist() != mask.tolist()
+  # Another salt (another layer) draws another mask for the same batch.
+  other_layer = seeded_dropout.SeededDropout(0.5, salt=2)
+  assert (other_layer(x, training=True).numpy() != 0).tolist() != mask.tolist()
+
+
+def test_mask_is_the_same_inside_a_tf_function():
+  layer = seeded_dropout.SeededDropout(0.5, salt=3)
+  x = _batch()
+  eager = layer(x, training=True).numpy()
+  traced = tf.function(lambda t: layer(t, training=True))(x).numpy()
+  np.testing.assert_array_equal(traced, eager)
+
+
+def test_gradient_flows_through_kept_units_only():
+  layer = seeded_dropout.SeededDropout(0.5, salt=1)
+  x = _batch()
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = layer(x, training=True)
+    total = tf.reduce_sum(y)
+  gradient = tape.gradient(total, x).numpy()
+  expected = np.where(y.numpy() != 0, 2.0, 0.0)
+  np.testing.assert_allclose(gradient, expected)
+
+
+def test_rate_zero_is_identity_and_bad_rate_raises():
+  x = _batch()
+  layer = seeded_dropout.SeededDropout(0.0, salt=1)
+  np.testing.assert_array_equal(layer(x, training=True).numpy(), x.numpy())
+  with pytest.raises(ValueError, match='rate'):
+    seeded_dropout.SeededDropout(1.0, salt=1)
