@@ -19,10 +19,11 @@ class ModelSpec:
   """A Keras model builder and the metadata the algorithms need.
 
   Attributes:
-    build: returns a new, built, uncompiled `tf.keras.Model`. Stochastic
-      layers (dropout) and batch statistics (BatchNorm) are not allowed: runs
-      must be reproducible and FL-friendly. Initial weights are drawn from
-      Keras' global RNG, so `initial_weights(seed)` is deterministic.
+    build: returns a new, built, uncompiled `tf.keras.Model`. Runs must be
+      reproducible and FL-friendly: dropout only as `SeededDropout` (masks
+      drawn from the batch, not a stateful RNG), no batch statistics
+      (BatchNorm). Initial weights are drawn from Keras' global RNG, so
+      `initial_weights(seed)` is deterministic.
     blocks: Keras layer names per block, bottom to top; the last block is the
       classifier (FedPer's block 1). Every trainable layer is in one block.
     loss: builds the training loss (expects the model's output and `y`).
