@@ -139,3 +139,10 @@ def test_missing_file_is_a_clear_error_without_network(tmp_path, no_network):
 def test_registry_builds_it(tmp_path, no_network):
   with pytest.raises(base.DataUnavailableError, match='emnist_all.sqlite'):
     registry.build_task('emnist', task_options.TaskOptions(cache_dir=str(tmp_path)))
+
+
+def test_every_cnn_flag_value_has_a_model():
+  # options.py lists the names without importing TensorFlow; emnist.py maps them.
+  assert tuple(emnist.CNN_SHAPES) == task_options.CNNS
+  with pytest.raises(ValueError, match="Unknown cnn 'wide'"):
+    emnist.emnist_cnn_spec('wide')

@@ -38,9 +38,9 @@ DITTO_FEMNIST = CnnShape((16, 32), 128, (0.25, 0.5))
 def build_cnn(
     num_classes: int = 62,
     input_shape: Sequence[int] = (28, 28, 1),
-    conv_filters: Sequence[int] = (32, 64),
-    dense_units: int = 512,
-    dropout_rates: Sequence[float] = (0.0, 0.0),
+    conv_filters: Sequence[int] = FEDAVG.conv_filters,
+    dense_units: int = FEDAVG.dense_units,
+    dropout_rates: Sequence[float] = FEDAVG.dropout_rates,
 ) -> tf.keras.Model:
   """Returns the (built, uncompiled) CNN; its output is class logits.
 
