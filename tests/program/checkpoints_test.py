@@ -29,6 +29,19 @@ def test_latest_round_and_round_trip(tmp_path):
   assert float(loaded['elapsed_seconds']) == 12.5
 
 
+def test_loads_a_kept_older_round_and_refuses_one_not_kept(tmp_path):
+  manager = checkpoints.CheckpointManager(str(tmp_path))
+  for round_num, value in ((2, 2.0), (4, 4.0)):
+    server = state(value=value)['server_state']
+    manager.save(checkpoints.program_state(round_num, server, [round_num, 0, 0], 0.0))
+  assert manager.rounds() == [2, 4]
+  loaded = manager.load(2, state())
+  assert int(loaded['round_num']) == 2
+  np.testing.assert_array_equal(loaded['server_state']['weights'][0], np.full((2, 3), 2.0))
+  with pytest.raises(ValueError, match='No checkpoint of round 3 is kept; the kept rounds are 2, 4'):
+    manager.load(3, state())
+
+
 def test_keeps_the_newest_three(tmp_path):
   manager = checkpoints.CheckpointManager(str(tmp_path))
   for round_num in range(1, 6):

@@ -42,9 +42,13 @@ class CheckpointManager:
         directory, prefix='round_', keep_total=keep_total, keep_first=False
     )
 
+  def rounds(self) -> list[int]:
+    """The rounds whose checkpoints are kept, oldest first."""
+    return sorted(asyncio.run(self._manager.get_versions()) or [])
+
   def latest_round(self) -> Optional[int]:
-    versions = asyncio.run(self._manager.get_versions())
-    return max(versions) if versions else None
+    rounds = self.rounds()
+    return rounds[-1] if rounds else None
 
   def save(self, state: collections.OrderedDict) -> None:
     asyncio.run(self._manager.save(state, int(state['round_num'])))
@@ -52,14 +56,26 @@ class CheckpointManager:
   def load_latest(self, template: collections.OrderedDict) -> Optional[collections.OrderedDict]:
     """The newest program state, shaped like `template`; None if there is none."""
     version = self.latest_round()
-    if version is None:
-      return None
+    return None if version is None else self.load(version, template)
+
+  def load(self, round_num: int, template: collections.OrderedDict) -> collections.OrderedDict:
+    """The program state of round `round_num`, shaped like `template`.
+
+    Raises:
+      CheckpointMismatchError: if it does not match `template`.
+      ValueError: if no checkpoint of that round is kept.
+    """
+    if round_num not in self.rounds():
+      raise ValueError(
+          f'No checkpoint of round {round_num} is kept; the kept rounds are'
+          f' {", ".join(map(str, self.rounds())) or "none"}.'
+      )
     try:
-      state = asyncio.run(self._manager.load(version, template))
+      state = asyncio.run(self._manager.load(round_num, template))
       _check_same_shapes(template, state)
     except (TypeError, ValueError) as e:
       raise CheckpointMismatchError(
-          f'The checkpoint of round {version} does not match this run\'s'
+          f'The checkpoint of round {round_num} does not match this run\'s'
           f' algorithm, task or model: {str(e).splitlines()[0]}'
       ) from e
     return state

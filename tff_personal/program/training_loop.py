@@ -171,7 +171,7 @@ def run_training(
   """
   experiment.make()
   _check_resumable(experiment, run_config, run_config_defaults or {})
-  population, eval_population = _populations(task, config)
+  population, eval_population = populations(task, config)
   client_index = {c: i for i, c in enumerate(population)}
   accuracy_name = task.model.metrics()[0].name
   threat = _Threat(task, process, config, population)
@@ -238,7 +238,7 @@ def run_training(
   return summary
 
 
-def _populations(task: base.Task, config: TrainingConfig) -> tuple[list[str], list[str]]:
+def populations(task: base.Task, config: TrainingConfig) -> tuple[list[str], list[str]]:
   """The run's clients and its evaluation clients (fixed seeded subsets)."""
   population = sampling.fixed_subset(sorted(task.client_ids), config.population, seed=config.seed)
   if config.clients_per_round > len(population):
