@@ -5,7 +5,10 @@
 Takes a run's flags (its flags.txt reruns it) and, at one of its kept
 checkpoints, predicts every evaluation client's test examples with the
 global model of that checkpoint and with the client's personal model of the
-same round (personal states holding a whole model: Ditto, Local, APFL's).
+same round. It applies to the algorithms whose personal model is a whole
+model predicting on its own (`PERSONAL_MODEL_ALGORITHMS`); APFL and LINDT
+predict with a mixture of their personal and global models, which this
+does not rebuild.
 Prints, as a markdown table, accuracy on the test examples whose class the
 client's training split holds and on those whose class it lacks, and how
 much of the mean per-client gap each part makes
@@ -34,6 +37,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 
 import experiment_flags as ef  # pylint: disable=g-import-not-at-top  # bin/experiment_flags.py
 
+PERSONAL_MODEL_ALGORITHMS = ('ditto', 'local')
 COVERAGE_ROUND = flags.DEFINE_integer(
     'coverage_round', None,
     'The checkpointed round to analyse; default: the newest kept checkpoint.', lower_bound=1,
@@ -41,7 +45,7 @@ COVERAGE_ROUND = flags.DEFINE_integer(
 
 
 def personal_model(personal_state, global_weights):
-  """The whole model inside a personal state (Ditto's `model`, Local's state), or None."""
+  """The model inside a personal state (Ditto's `model`, Local's state), or None."""
   candidate = personal_state
   if isinstance(personal_state, dict) and 'model' in personal_state:
     candidate = personal_state['model']
@@ -82,11 +86,13 @@ def analyse(task, process, experiment, config, round_num):
   from tff_personal.program import checkpoints  # pylint: disable=g-import-not-at-top
   from tff_personal.program import training_loop  # pylint: disable=g-import-not-at-top
 
-  if not process.has_personal_state or not os.path.isfile(experiment.store_path):
+  if ef.ALGORITHM.value not in PERSONAL_MODEL_ALGORITHMS:
     raise ef.UsageError(
-        f'--algorithm={ef.ALGORITHM.value} keeps no personal model at the clients;'
-        ' bin/class_coverage.py compares a personal model with the global one.'
+        f'--algorithm={ef.ALGORITHM.value}: bin/class_coverage.py compares the personal models'
+        f' of {", ".join(PERSONAL_MODEL_ALGORITHMS)} with their global model.'
     )
+  if not os.path.isfile(experiment.store_path):
+    raise ef.UsageError(f'{experiment.path} has no personal states: run bin/train.py first.')
   manager = checkpoints.CheckpointManager(experiment.checkpoint_dir)
   round_num = round_num or manager.latest_round()
   if round_num is None:
@@ -119,10 +125,7 @@ def analyse(task, process, experiment, config, round_num):
       state = tf.nest.pack_sequence_as(template, flat)
     model = personal_model(state, global_weights)
     if model is None:
-      raise ef.UsageError(
-          f'--algorithm={ef.ALGORITHM.value}: its personal state holds no whole model'
-          ' to compare with the global one.'
-      )
+      raise ef.UsageError(f'{experiment.path}: a personal state does not hold a whole model.')
     test = task.test_dataset(client_id, batch_size=config.eval_batch_size)
     train = task.train_dataset(client_id, epochs=1, batch_size=config.eval_batch_size, seed=0)
     labels = _labels(test)

@@ -57,9 +57,10 @@ def test_refuses_a_round_without_checkpoint(ditto_run, capsys):
   assert 'No checkpoint of round 1 is kept; the kept rounds are 2' in capsys.readouterr().err
 
 
-def test_refuses_an_algorithm_without_a_personal_model(ditto_run, capsys):
+def test_refuses_an_algorithm_without_a_personal_model_of_its_own(ditto_run, capsys):
   argv, _ = ditto_run
   with pytest.raises(SystemExit) as excinfo:
     train_test.run_main(argv + ['--algorithm=fedavg'], binary=class_coverage)
   assert excinfo.value.code == 2
-  assert '--algorithm=fedavg keeps no personal model at the clients' in capsys.readouterr().err
+  assert ('--algorithm=fedavg: bin/class_coverage.py compares the personal models of ditto, local'
+          in capsys.readouterr().err)
