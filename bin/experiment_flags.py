@@ -469,6 +469,7 @@ def setup(dp_noise_multiplier: float = 0.0) -> algorithm_registry.Setup:
       nfl_threshold=NFL_THRESHOLD.value,
       nfl_cohort_correction=NFL_COHORT_CORRECTION.value,
       nfl_flag_when_blind=NFL_FLAG_WHEN_BLIND.value,
+      client_steps=CLIENT_STEPS.value,
   )
 
 

@@ -214,6 +214,66 @@ def test_a_choice_picks_the_lowest_heldout_loss(
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_with_client_steps_it_trains_on_them_and_validates_on_all_the_round_data():
+  steps = 2
+  process = ditto.build(
+      MODEL,
+      ditto.Hparams(personal_learning_rate=0.3, personal_steps=steps, lambda_grid=GRID),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8, client_steps=steps),
+  )
+  assert process.takes_whole_client_data
+  assert not build_grid_process('every').takes_whole_client_data  # No client_steps.
+  state = process.initialize()
+  w = process.get_model_weights(state).trainable
+  batches = client_batches(4, [8, 8, 8, 8, 8])
+  start = grid_state(0.4, -0.2, 0.5)
+  output = run_next(process, state, [batches_dataset(batches)], [start])
+
+  train, _ = split_heldout(batches[:steps])  # Both models train on the first batches;
+  _, (x, y) = split_heldout(batches)  # the choice is made on all the held-out examples (7),
+  _, (x_steps, y_steps) = split_heldout(batches[:steps])  # not on those trained batches' (2),
+  candidates = [numpy_proximal_steps(start['model'].trainable, w, train, 0.3, c) for c in GRID]
+  losses = [numpy_reference.loss_and_gradients(*v, x, y)[0] for v in candidates]
+  chosen = int(np.argmin(losses))
+  losses_steps = [numpy_reference.loss_and_gradients(*v, x_steps, y_steps)[0] for v in candidates]
+  assert (len(x), len(x_steps)) == (7, 2) and int(np.argmin(losses_steps)) != chosen  # which differ.
+  new = output.personal_states[0]
+  assert new['ditto_lambda'] == np.float32(GRID[chosen])
+  for actual, expected in zip(new['model'].trainable, candidates[chosen]):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  expected_w = numpy_reference.sgd(w[0], w[1], batches[:steps], LEARNING_RATE)
+  for actual, expected in zip(process.get_model_weights(output.state).trainable, expected_w):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('min_heldout, falls_back', [(7, False), (8, True)])
+def test_a_client_with_few_heldout_examples_takes_the_fixed_lambda(min_heldout, falls_back):
+  process = ditto.build(
+      MODEL,
+      ditto.Hparams(
+          personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID,
+          few_heldout_lambda=2.0, min_heldout=min_heldout,
+      ),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
+  )
+  state = process.initialize()
+  w = process.get_model_weights(state).trainable
+  batches = client_batches(4, [8, 8, 8, 8, 8])
+  start = grid_state(0.4, -0.2, 0.5)
+  output = run_next(process, state, [batches_dataset(batches)], [start])
+  train, (x, y) = split_heldout(batches)
+  assert len(x) == 7
+  candidates = [numpy_proximal_steps(start['model'].trainable, w, train, 0.3, c) for c in GRID]
+  chosen = int(np.argmin([numpy_reference.loss_and_gradients(*v, x, y)[0] for v in candidates]))
+  expected_lambda = 2.0 if falls_back else GRID[chosen]
+  assert expected_lambda not in (0.5,)  # Not the start's lambda: the test sees the choice.
+  expected_v = numpy_proximal_steps(start['model'].trainable, w, train, 0.3, expected_lambda)
+  new = output.personal_states[0]
+  assert new['ditto_lambda'] == np.float32(expected_lambda)
+  for actual, expected in zip(new['model'].trainable, expected_v):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_chosen_lambda_is_kept_with_first_selection(grid_process):
   state = grid_process.initialize()
   w = grid_process.get_model_weights(state).trainable
@@ -246,3 +306,13 @@ def test_negative_grid_value_is_refused():
       MODEL, ditto.Hparams(lambda_=0.1, lambda_grid=(0.1, -1)),
       common.Common(client_learning_rate=0.1),
   )
+
+
+@pytest.mark.parametrize('hparams, message', [
+    (ditto.Hparams(few_heldout_lambda=1.0), '--ditto_few_heldout_lambda applies with --ditto_lambda_grid'),
+    (ditto.Hparams(lambda_grid=(0.1, 1.0), few_heldout_lambda=-1.0), '--ditto_few_heldout_lambda must be >= 0'),
+    (ditto.Hparams(lambda_grid=(0.1, 1.0), min_heldout=0), '--ditto_min_heldout must be >= 1'),
+])
+def test_bad_few_heldout_settings_are_refused(hparams, message):
+  with pytest.raises(ValueError, match=message):
+    ditto.build(MODEL, hparams, common.Common(client_learning_rate=0.1))

@@ -75,6 +75,9 @@ class Common:
     nfl_detector: adds the NFL detector (`nfl.detection`) to the process.
     dp_setting: the fixed-clipping DP of `model_aggregator`, which the NFL
       detector (and LINDT's `detach_when_blind`) must know.
+    client_steps: the clients' local steps a round (0: all their round data);
+      the program truncates their data, except for a process that
+      `takes_whole_client_data`, which takes this many steps itself.
   """
 
   client_learning_rate: float = 0.02
@@ -84,6 +87,7 @@ class Common:
   attack_boost: float = 1.0
   nfl_detector: Optional[detector_lib.DetectorConfig] = None
   dp_setting: Optional[dp.DpSetting] = None
+  client_steps: int = 0
 
   def noise_to_signal(self, num_parameters: int) -> float:
     """How far the DP noise hides the detector's statistic (`nfl.detection`)."""

@@ -32,9 +32,16 @@ client picks its lambda from a candidate grid on a validation set of its own,
 a fixed tenth of its examples (`client_training.heldout_mask`) that its
 personal model never trains on, as Ditto's code holds out 10% of a device's
 training data. For each candidate the client trains a copy of its v on the
-other examples (step 1) and measures the mean loss on the held-out ones; the
+other examples (step 1) and measures the mean loss on the held-out ones of
+all its round data, also with `client_steps` (the process then takes the
+client's whole round data and trains on its first `client_steps` batches:
+Ditto's code validates on the device's whole validation split, where the
+held-out examples of 2 batches of 16 are about 3); the
 candidate with the lowest loss (the first on ties, e.g. a client with no
-held-out example) gives the round's lambda and v. With
+held-out example) gives the round's lambda and v. With `few_heldout_lambda`,
+a client with fewer than `min_heldout` held-out examples does not choose: it
+trains with that lambda (the paper's Appendix: under 4 validation examples,
+lambda = 1, or 0.1 under strong attacks). With
 `lambda_selection='every'` a client chooses at every participation (Ditto's
 code chooses at every local step); with 'first', once, at its first
 participation, and keeps it. Choosing once locks in the choice made against
@@ -74,6 +81,10 @@ class Hparams:
       otherwise (Li et al. 2021).
     lambda_selection: with lambda_grid, when a client chooses its lambda:
       at every participation ('every') or at its first only ('first').
+    few_heldout_lambda: with lambda_grid, the lambda of a client with fewer
+      than min_heldout held-out examples, which then does not choose (the
+      paper: 1, or 0.1 under strong attacks); None: it chooses too.
+    min_heldout: the held-out examples a client needs to choose its lambda.
     personal_learning_rate: the personal SGD rate; None: the client's.
     personal_steps: personal SGD steps a round; 0: personal_epochs passes.
     personal_epochs: personal passes over the round data (each the round's
@@ -83,6 +94,8 @@ class Hparams:
   lambda_: float = common.hparam(0.1, lower=0.0)
   lambda_grid: tuple[float, ...] = common.hparam((), lower=0.0)
   lambda_selection: str = common.hparam('every', choices=('every', 'first'))
+  few_heldout_lambda: Optional[float] = common.hparam(None, lower=0.0)
+  min_heldout: int = common.hparam(4, lower=1)
   personal_learning_rate: Optional[float] = common.hparam(None, lower=0.0)
   personal_steps: int = common.hparam(0, lower=0)
   personal_epochs: int = common.hparam(1, lower=1)
@@ -91,8 +104,15 @@ class Hparams:
 CAPABILITIES = common.Capabilities(personal_state=True)
 
 
-def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
-  """The client's steps 1-2 (module docstring) as a `tf.function`."""
+def build_client_update(
+    model_fn, hparams: Hparams, learning_rate: float, client_steps: int = 0
+):
+  """The client's steps 1-2 (module docstring) as a `tf.function`.
+
+  With a lambda grid and `client_steps` > 0 its dataset is the client's whole
+  round data: both models train on its first `client_steps` batches, and the
+  held-out examples of all of it validate the choice.
+  """
   model = model_fn()
   variables = ModelWeights.from_model(model)
   lambda_grid = hparams.lambda_grid
@@ -122,7 +142,7 @@ def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
     for candidate in lambda_grid:
       candidate = tf.constant(candidate, tf.float32)
       personal_update(personal_weights, global_weights, train, candidate)
-      loss = client_training.mean_loss(model, validation)
+      loss, num_heldout = client_training.mean_loss_and_count(model, validation)
       weights = tf.nest.map_structure(tf.identity, variables)
       if best is None:
         best = (loss, candidate, weights)
@@ -130,7 +150,16 @@ def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
       better = loss < best[0]
       best = tf.nest.map_structure(lambda new, old: tf.where(better, new, old),
                                    (loss, candidate, weights), best)
-    return best[1], best[2]
+    if hparams.few_heldout_lambda is None:
+      return best[1], best[2]
+    fallback = keep_lambda(
+        personal_weights, global_weights, train,
+        tf.constant(hparams.few_heldout_lambda, tf.float32),
+    )
+    too_few = num_heldout < hparams.min_heldout
+    return tf.nest.map_structure(
+        lambda few, chosen: tf.where(too_few, few, chosen), fallback, best[1:]
+    )
 
   def keep_lambda(personal_weights, global_weights, train, lambda_value):
     personal_update(personal_weights, global_weights, train, lambda_value)
@@ -139,7 +168,11 @@ def build_client_update(model_fn, hparams: Hparams, learning_rate: float):
   @tf.function
   def client_update(global_weights, personal_state, dataset):
     if lambda_grid:
-      train, validation = client_training.split_heldout(dataset, HELDOUT_BUCKETS)
+      whole_data = dataset
+      if client_steps:
+        dataset = dataset.take(client_steps)
+      train, _ = client_training.split_heldout(dataset, HELDOUT_BUCKETS)
+      _, validation = client_training.split_heldout(whole_data, HELDOUT_BUCKETS)
       personal_weights = personal_state['model']
       lambda_value = personal_state['ditto_lambda']
       if choose_every_round or lambda_value < 0:
@@ -179,6 +212,15 @@ def _check(hparams: Hparams) -> Hparams:
     raise ValueError(
         f"--ditto_lambda_selection must be 'every' or 'first', got {hparams.lambda_selection!r}."
     )
+  if hparams.few_heldout_lambda is not None:
+    if not lambda_grid:
+      raise ValueError('--ditto_few_heldout_lambda applies with --ditto_lambda_grid.')
+    if hparams.few_heldout_lambda < 0:
+      raise ValueError(
+          f'--ditto_few_heldout_lambda must be >= 0, got {hparams.few_heldout_lambda}.'
+      )
+  if hparams.min_heldout < 1:
+    raise ValueError(f'--ditto_min_heldout must be >= 1, got {hparams.min_heldout}.')
   if hparams.personal_steps < 0 or (hparams.personal_steps == 0 and hparams.personal_epochs < 1):
     raise ValueError('Ditto needs --ditto_personal_steps > 0 or --ditto_personal_epochs >= 1.')
   return dataclasses.replace(hparams, lambda_grid=lambda_grid)
@@ -201,11 +243,12 @@ def build(
     personal_model = lambda personal_state: personal_state
   work = compose.ClientWork(
       build_update=lambda: build_client_update(
-          model.tff_model_fn, hparams, options.client_learning_rate
+          model.tff_model_fn, hparams, options.client_learning_rate, options.client_steps
       ),
       personal_type=compose.weights_type(new_client_state('', initial_weights)),
       # A new client's personal model starts from the current global model.
       initial_personal_state=new_client_state,
       assemble=lambda global_weights, personal_state: personal_model(personal_state),
+      takes_whole_client_data=bool(hparams.lambda_grid) and options.client_steps > 0,
   )
   return common.build_process(model, initial_weights, work, options)

@@ -72,6 +72,7 @@ class Setup:
   nfl_threshold: float = 0.05
   nfl_cohort_correction: bool = True
   nfl_flag_when_blind: bool = True
+  client_steps: int = 0
 
   @property
   def differentially_private(self) -> bool:
@@ -221,6 +222,7 @@ def common_options(setup: Setup):
       attack_boost=float(setup.clients_per_round if attack_boost is None else attack_boost),
       nfl_detector=nfl_detector,
       dp_setting=dp_setting,
+      client_steps=setup.client_steps,
   )
 
 

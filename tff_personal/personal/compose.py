@@ -112,6 +112,8 @@ class ClientWork:
     evaluation_model: that model's spec; None: the composition's model.
     input_from: the name of an `Extension` whose `client_input` the update
       takes (LINDT's on-detection mode takes the NFL flag); None: none.
+    takes_whole_client_data: the update takes a client's whole round data and
+      truncates its training itself (`PersonalizedProcess`).
   """
 
   build_update: Callable[[], Callable[..., Any]]
@@ -120,6 +122,7 @@ class ClientWork:
   assemble: per_client.AssembleFn
   evaluation_model: Optional[model_spec.ModelSpec] = None
   input_from: Optional[str] = None
+  takes_whole_client_data: bool = False
 
 
 class Extension:
@@ -332,4 +335,5 @@ def compose_personalized_process(composition: Composition) -> process_lib.Person
       ),
       sends_updates=composition.sends_updates,
       split_round=split_round,
+      takes_whole_client_data=work.takes_whole_client_data,
   )

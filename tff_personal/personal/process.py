@@ -156,6 +156,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
       finetuned_evaluation_fn: Optional[Callable[[float], tff.Computation]] = None,
       sends_updates: bool = True,
       split_round: Optional[SplitRound] = None,
+      takes_whole_client_data: bool = False,
   ):
     """Builds the process from its computations.
 
@@ -174,6 +175,10 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
       sends_updates: False for processes whose clients send the server
         nothing (Local): update attacks then have nothing to act on.
       split_round: `next` as two calls (`SplitRound`); None: not offered.
+      takes_whole_client_data: whether a client's `next` input is its whole
+        round data (all its `--client_epochs`), of which the process itself
+        trains on the first `--client_steps` batches (Ditto's lambda grid
+        validates on the whole held-out tenth); False: the program truncates.
     """
     super().__init__(initialize_fn, next_fn)
     self._get_model_weights = get_model_weights
@@ -184,6 +189,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
     self._finetuned_evaluations = {}
     self._sends_updates = sends_updates
     self._split_round = split_round
+    self._takes_whole_client_data = takes_whole_client_data
     parameter = next_fn.type_signature.parameter
     if len(parameter) != 3:
       raise TypeError(
@@ -224,6 +230,11 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
   def split_round(self) -> Optional[SplitRound]:
     """`next` as two calls, or None (`SplitRound`)."""
     return self._split_round
+
+  @property
+  def takes_whole_client_data(self) -> bool:
+    """Whether the program passes the whole round data, not --client_steps batches."""
+    return self._takes_whole_client_data
 
   @property
   def sends_updates(self) -> bool:

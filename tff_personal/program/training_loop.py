@@ -392,7 +392,7 @@ def _train_round(
     dataset = task.train_dataset(
         c, epochs=config.client_epochs, batch_size=config.client_batch_size, seed=seed
     )
-    if config.client_steps:
+    if config.client_steps and not process.takes_whole_client_data:
       dataset = dataset.take(config.client_steps)
     client_data.append(threat.client_input(process, c, dataset, seed))
   personal_states = personal.read(

@@ -62,6 +62,11 @@ def mean_loss(model, dataset):
 
   Call inside a `tf.function`. The model's metrics accumulate the pass.
   """
+  return mean_loss_and_count(model, dataset)[0]
+
+
+def mean_loss_and_count(model, dataset):
+  """(`mean_loss`, the number of examples as float32) of one pass; no step."""
 
   def accumulate(totals, batch):
     output = model.forward_pass(batch, training=False)
@@ -70,7 +75,7 @@ def mean_loss(model, dataset):
 
   zero = tf.constant(0.0)
   total, count = reduce_batches(dataset, (zero, zero), accumulate)
-  return tf.math.divide_no_nan(total, count)
+  return tf.math.divide_no_nan(total, count), count
 
 
 def reduce_batches(dataset: tf.data.Dataset, initial_state, step_fn):
