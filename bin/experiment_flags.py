@@ -43,6 +43,12 @@ TOTAL_ROUNDS = flags.DEFINE_integer('total_rounds', 10, 'Rounds to train.', lowe
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', 10, 'Clients sampled per round.', lower_bound=1
 )
+CLIENT_SAMPLING = flags.DEFINE_enum(
+    'client_sampling', 'uniform', ['uniform', 'examples'],
+    "How a round's clients are drawn (without replacement): uniformly, or each"
+    " in proportion to its training examples, as Ditto's and FedProx's code"
+    ' (not with DP, whose accounting assumes uniform sampling).',
+)
 CLIENT_EPOCHS = flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.', lower_bound=1)
 CLIENT_STEPS = flags.DEFINE_integer(
     'client_steps', 0,
@@ -370,8 +376,8 @@ def hparams():
 # The flags that define a run (a resumed run must agree on them, except the
 # cadence of evaluation and checkpoints and the number of rounds).
 _RUN_FLAGS = (
-    TASK, ALGORITHM, SEED, TOTAL_ROUNDS, POPULATION, CLIENTS_PER_ROUND, CLIENT_EPOCHS,
-    CLIENT_STEPS, CLIENT_BATCH_SIZE, CLIENT_LEARNING_RATE, SERVER_LEARNING_RATE,
+    TASK, ALGORITHM, SEED, TOTAL_ROUNDS, POPULATION, CLIENTS_PER_ROUND, CLIENT_SAMPLING,
+    CLIENT_EPOCHS, CLIENT_STEPS, CLIENT_BATCH_SIZE, CLIENT_LEARNING_RATE, SERVER_LEARNING_RATE,
     ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
     CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
@@ -494,6 +500,7 @@ def training_config(dp: Optional[DpSettings] = None):
   return training_loop.TrainingConfig(
       total_rounds=TOTAL_ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value,
+      client_sampling=CLIENT_SAMPLING.value,
       client_epochs=CLIENT_EPOCHS.value,
       client_steps=CLIENT_STEPS.value,
       client_batch_size=CLIENT_BATCH_SIZE.value,
@@ -688,6 +695,11 @@ def _resolve_dp_flags(task) -> Optional[DpSettings]:
     return None
   if DP_NOISE_MULTIPLIER.value is not None and DP_TARGET_EPSILON.value is not None:
     raise UsageError('Give --dp_noise_multiplier or --dp_target_epsilon, not both.')
+  if CLIENT_SAMPLING.value != 'uniform':
+    raise UsageError(
+        f'--client_sampling={CLIENT_SAMPLING.value} with DP: the privacy accounting'
+        ' assumes uniform sampling of clients (--client_sampling=uniform).'
+    )
   from tff_personal.privacy import accounting  # pylint: disable=g-import-not-at-top
 
   population = POPULATION.value or len(task.client_ids)

@@ -282,6 +282,8 @@ def test_bad_fedper_flags(argv, expected, capsys, cache_dir, tmp_path):
         (['--algorithm=fedavg', '--dp_clip_norm=1', '--dp_noise_multiplier=1',
           '--dp_target_epsilon=3'],
          'Give --dp_noise_multiplier or --dp_target_epsilon, not both.'),
+        (['--algorithm=fedavg', '--dp_clip_norm=1', '--client_sampling=examples'],
+         '--client_sampling=examples with DP: the privacy accounting assumes uniform'),
         (['--algorithm=fedavg', '--dp_clip_norm=1', '--dp_target_epsilon=0.00001'],
          '--dp_target_epsilon=1e-05: epsilon=1e-05 is unreachable in'),
         (['--algorithm=lindt', '--lindt_mode=on_detection'],

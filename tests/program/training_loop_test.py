@@ -1,5 +1,6 @@
 """The training program on the tiny task: outputs, resume, refusals."""
 
+import collections
 import csv
 import dataclasses
 import os
@@ -8,6 +9,7 @@ import threading
 import numpy as np
 
 import pytest
+import tensorflow_federated as tff
 
 from tests import test_utils
 from tff_personal.algorithms import registry as algorithm_registry
@@ -16,6 +18,7 @@ from tff_personal.personal import process as process_lib
 from tff_personal.personal import store as store_lib
 from tff_personal.program import checkpoints
 from tff_personal.program import outputs
+from tff_personal.program import sampling
 from tff_personal.program import training_loop
 from tff_personal.runtime import context
 
@@ -156,6 +159,40 @@ def test_local_clients_never_sampled_keep_the_initial_model(tmp_path):
   store = store_lib.ClientStateStore(experiment.store_path, create=False)
   stored = [c for c, s in zip(TASK.client_ids, store.read(TASK.client_ids)) if s is not None]
   assert len(stored) == 3  # Only the round's clients have a state.
+
+
+def test_sampling_by_examples_draws_the_clients_with_more_examples(tmp_path):
+  """Clients 4 and 5 hold 20 times the others' examples: every draw picks them."""
+  sizes = [2, 2, 2, 2, 40, 40]
+  rng = np.random.default_rng(0)
+
+  def examples(n):
+    x = rng.normal(size=(n, 2)).astype(np.float32)
+    return collections.OrderedDict(x=x, y=(x[:, 0] > 0).astype(np.int32))
+
+  client_data = tff.simulation.datasets.TestClientData
+  train_data = client_data({f'client_{i}': examples(n) for i, n in enumerate(sizes)})
+  test_data = client_data({f'client_{i}': examples(4) for i in range(len(sizes))})
+  task = dataclasses.replace(TASK, train_data=train_data, test_data=test_data)
+  config = dataclasses.replace(CONFIG, total_rounds=1, client_sampling='examples')
+  training_loop.run_training(
+      task, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), 'run'),
+      run_config={'algorithm': 'local'}, progress_stream=None,
+  )
+  store = store_lib.ClientStateStore(str(tmp_path / 'run' / 'personal_states.sqlite'), create=False)
+  trained = [c for c, s in zip(task.client_ids, store.read(task.client_ids)) if s is not None]
+  expected = sampling.sample_clients(task.client_ids, 3, seed=9, round_num=1, weights=sizes)
+  assert trained == expected
+  assert {'client_4', 'client_5'} <= set(trained)
+
+
+def test_sampling_by_examples_is_refused_with_dp(tmp_path):
+  config = dataclasses.replace(CONFIG, client_sampling='examples', dp_noise_multiplier=0.5)
+  with pytest.raises(ValueError, match='privacy accounting assumes uniform sampling'):
+    training_loop.run_training(
+        TASK, process_for('fedavg'), config, outputs.ExperimentDir(str(tmp_path), 'run'),
+        run_config={}, progress_stream=None,
+    )
 
 
 def test_client_steps_cap_the_batches_a_client_trains(tmp_path):

@@ -1,27 +1,50 @@
 """Seeded client sampling and per-client data seeds.
 
-Sampling is fixed-size uniform sampling without replacement, drawn
-independently each round from the whole population. Both functions are pure
+Sampling is fixed-size sampling without replacement, drawn independently
+each round from the whole population: uniform, or with each draw's
+probability proportional to a client's weight (its training examples, as
+Ditto's and FedProx's code sample devices). The functions are pure
 functions of (seed, round, ...), so a resumed run draws exactly what an
 uninterrupted one does, with no sampler state to checkpoint.
 """
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 
 def sample_clients(
-    population: Sequence[str], clients_per_round: int, *, seed: int, round_num: int
+    population: Sequence[str],
+    clients_per_round: int,
+    *,
+    seed: int,
+    round_num: int,
+    weights: Optional[Sequence[float]] = None,
 ) -> list[str]:
-  """`clients_per_round` distinct clients, uniformly at random, in population order."""
+  """`clients_per_round` distinct clients, in population order.
+
+  Uniformly at random; with `weights` (one per client, >= 0), each draw picks
+  a client not yet drawn with probability proportional to its weight
+  (`numpy.random.Generator.choice` with `p`, as Ditto's code draws devices).
+  """
   if not 0 < clients_per_round <= len(population):
     raise ValueError(
         f'clients_per_round must be in [1, {len(population)}], got'
         f' {clients_per_round}.'
     )
+  probabilities = None
+  if weights is not None:
+    weights = np.asarray(weights, np.float64)
+    if weights.shape != (len(population),) or not np.all(weights >= 0):
+      raise ValueError(f'weights must be {len(population)} values >= 0, got {weights}.')
+    if np.count_nonzero(weights) < clients_per_round:
+      raise ValueError(
+          f'{np.count_nonzero(weights)} clients have a weight above 0, fewer than the'
+          f' clients_per_round={clients_per_round} to draw.'
+      )
+    probabilities = weights / weights.sum()
   rng = np.random.default_rng([seed, round_num])
-  chosen = rng.choice(len(population), size=clients_per_round, replace=False)
+  chosen = rng.choice(len(population), size=clients_per_round, replace=False, p=probabilities)
   return [population[i] for i in sorted(chosen)]
 
 

@@ -1,7 +1,8 @@
 """The federated training program shared by every algorithm and task.
 
 Each round r = 1..R:
-  1. sample `clients_per_round` clients (seeded, `sampling.sample_clients`);
+  1. sample `clients_per_round` clients (seeded, `sampling.sample_clients`:
+     uniformly, or in proportion to their training examples);
   2. build their training datasets (seeded shuffles) and read their personal
      states from the store (new clients get `initial_personal_state`);
      start reading the next round's clients' states in the background (those
@@ -51,6 +52,9 @@ class TrainingConfig:
   Attributes:
     total_rounds: rounds to run.
     clients_per_round: clients sampled per round (without replacement).
+    client_sampling: 'uniform', or 'examples': each draw in proportion to a
+      client's training examples (Ditto's and FedProx's code). The DP
+      accounting assumes uniform sampling (`privacy.accounting`).
     client_epochs: local epochs per round.
     client_steps: at most this many batches of those epochs a round (local
       SGD steps; Ditto's scripts train 2 a round); 0: all of them.
@@ -79,6 +83,7 @@ class TrainingConfig:
 
   total_rounds: int
   clients_per_round: int
+  client_sampling: str = 'uniform'
   client_epochs: int = 1
   client_steps: int = 0
   client_batch_size: int = 20
@@ -173,6 +178,7 @@ def run_training(
   _check_resumable(experiment, run_config, run_config_defaults or {})
   population, eval_population = populations(task, config)
   client_index = {c: i for i, c in enumerate(population)}
+  round_clients = _client_sampler(task, population, config)
   accuracy_name = task.model.metrics()[0].name
   threat = _Threat(task, process, config, population)
 
@@ -195,7 +201,7 @@ def run_training(
     context.raise_if_terminated()  # A signal whose SystemExit was swallowed.
     started = time.monotonic()
     state, row = _train_round(
-        task, process, keyed.next, state, personal, population, client_index, threat,
+        task, process, keyed.next, state, personal, round_clients, client_index, threat,
         round_num, config,
     )
     context.raise_if_terminated()
@@ -374,18 +380,40 @@ def _is_whole_model(task, process) -> bool:
   return process.get_model_weights.type_signature.result.is_equivalent_to(whole)
 
 
-def _round_clients(population, config, round_num: int) -> list[str]:
-  return sampling.sample_clients(
-      population, config.clients_per_round, seed=config.seed, round_num=round_num
+CLIENT_SAMPLINGS = ('uniform', 'examples')
+
+
+def _client_sampler(task, population, config):
+  """round_num -> that round's clients, by `config.client_sampling`."""
+  if config.client_sampling not in CLIENT_SAMPLINGS:
+    raise ValueError(
+        f'client_sampling must be one of {CLIENT_SAMPLINGS}, got {config.client_sampling!r}.'
+    )
+  if config.client_sampling == 'examples' and config.dp_noise_multiplier is not None:
+    raise ValueError(
+        "client_sampling='examples' with DP: the privacy accounting assumes"
+        ' uniform sampling of clients.'
+    )
+  weights = None
+  if config.client_sampling == 'examples':
+    weights = [_num_train_examples(task, c) for c in population]
+  return lambda round_num: sampling.sample_clients(
+      population, config.clients_per_round, seed=config.seed, round_num=round_num,
+      weights=weights,
   )
 
 
+def _num_train_examples(task, client_id: str) -> int:
+  dataset = task.train_data.create_tf_dataset_for_client(client_id)
+  return int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
+
+
 def _train_round(
-    task, process, keyed_next, state, personal, population, client_index, threat,
+    task, process, keyed_next, state, personal, round_clients, client_index, threat,
     round_num, config,
 ):
   """Samples, trains and stores one round; returns the new state and metrics."""
-  clients = _round_clients(population, config, round_num)
+  clients = round_clients(round_num)
   client_data = []
   for c in clients:
     seed = sampling.data_seed(config.seed, round_num, client_index[c])
@@ -399,7 +427,7 @@ def _train_round(
       clients, round_num, lambda: process.get_model_weights(state)
   )
   if round_num < config.total_rounds:  # The next round's clients this round leaves alone.
-    upcoming = _round_clients(population, config, round_num + 1)
+    upcoming = round_clients(round_num + 1)
     personal.prefetch([c for c in upcoming if c not in clients], round_num + 1)
   output = keyed_next(state, client_data, personal_states, [client_index[c] for c in clients])
   row = collections.OrderedDict(round=round_num)
