@@ -139,11 +139,13 @@ def build_client_update(
   def select_lambda(personal_weights, global_weights, train, validation):
     """(lambda, v) of the grid's candidate with the lowest held-out loss."""
     best = None
-    for candidate in lambda_grid:
-      candidate = tf.constant(candidate, tf.float32)
+    trained = {}  # v of each candidate, for a few_heldout_lambda in the grid.
+    for value in lambda_grid:
+      candidate = tf.constant(value, tf.float32)
       personal_update(personal_weights, global_weights, train, candidate)
       loss, num_heldout = client_training.mean_loss_and_count(model, validation)
       weights = tf.nest.map_structure(tf.identity, variables)
+      trained[value] = (candidate, weights)
       if best is None:
         best = (loss, candidate, weights)
         continue
@@ -152,7 +154,7 @@ def build_client_update(
                                    (loss, candidate, weights), best)
     if hparams.few_heldout_lambda is None:
       return best[1], best[2]
-    fallback = keep_lambda(
+    fallback = trained.get(hparams.few_heldout_lambda) or keep_lambda(
         personal_weights, global_weights, train,
         tf.constant(hparams.few_heldout_lambda, tf.float32),
     )
