@@ -246,13 +246,16 @@ def test_with_client_steps_it_trains_on_them_and_validates_on_all_the_round_data
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('few_lambda', [2.0, 0.0])  # Outside the grid, and in it.
 @pytest.mark.parametrize('min_heldout, falls_back', [(7, False), (8, True)])
-def test_a_client_with_few_heldout_examples_takes_the_fixed_lambda(min_heldout, falls_back):
+def test_a_client_with_few_heldout_examples_takes_the_fixed_lambda(
+    min_heldout, falls_back, few_lambda
+):
   process = ditto.build(
       MODEL,
       ditto.Hparams(
           personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID,
-          few_heldout_lambda=2.0, min_heldout=min_heldout,
+          few_heldout_lambda=few_lambda, min_heldout=min_heldout,
       ),
       common.Common(client_learning_rate=LEARNING_RATE, seed=8),
   )
@@ -265,7 +268,7 @@ def test_a_client_with_few_heldout_examples_takes_the_fixed_lambda(min_heldout, 
   assert len(x) == 7
   candidates = [numpy_proximal_steps(start['model'].trainable, w, train, 0.3, c) for c in GRID]
   chosen = int(np.argmin([numpy_reference.loss_and_gradients(*v, x, y)[0] for v in candidates]))
-  expected_lambda = 2.0 if falls_back else GRID[chosen]
+  expected_lambda = few_lambda if falls_back else GRID[chosen]
   assert expected_lambda not in (0.5,)  # Not the start's lambda: the test sees the choice.
   expected_v = numpy_proximal_steps(start['model'].trainable, w, train, 0.3, expected_lambda)
   new = output.personal_states[0]
