@@ -28,6 +28,7 @@ from tff_personal.attacks import roles as attack_roles
 from tff_personal.runtime import context  # pylint: disable=unused-import  # Its import: a quiet exit on bad flags.
 from tff_personal.runtime import devices
 from tff_personal.runtime import log_levels
+from tff_personal.program import sampling
 from tff_personal.tasks import options as task_options_lib
 from tff_personal.tasks import registry as task_registry
 
@@ -44,7 +45,7 @@ CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', 10, 'Clients sampled per round.', lower_bound=1
 )
 CLIENT_SAMPLING = flags.DEFINE_enum(
-    'client_sampling', 'uniform', ['uniform', 'examples'],
+    'client_sampling', 'uniform', list(sampling.CLIENT_SAMPLINGS),
     "How a round's clients are drawn (without replacement): uniformly, or each"
     " in proportion to its training examples, as Ditto's and FedProx's code"
     ' (not with DP, whose accounting assumes uniform sampling).',

@@ -12,6 +12,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+# How a run draws its clients (`TrainingConfig.client_sampling`): uniformly, or
+# with `sample_clients`' weights set to the clients' training examples.
+CLIENT_SAMPLINGS = ('uniform', 'examples')
+
 
 def sample_clients(
     population: Sequence[str],

@@ -380,14 +380,12 @@ def _is_whole_model(task, process) -> bool:
   return process.get_model_weights.type_signature.result.is_equivalent_to(whole)
 
 
-CLIENT_SAMPLINGS = ('uniform', 'examples')
-
-
 def _client_sampler(task, population, config):
   """round_num -> that round's clients, by `config.client_sampling`."""
-  if config.client_sampling not in CLIENT_SAMPLINGS:
+  if config.client_sampling not in sampling.CLIENT_SAMPLINGS:
     raise ValueError(
-        f'client_sampling must be one of {CLIENT_SAMPLINGS}, got {config.client_sampling!r}.'
+        f'client_sampling must be one of {sampling.CLIENT_SAMPLINGS},'
+        f' got {config.client_sampling!r}.'
     )
   if config.client_sampling == 'examples' and config.dp_noise_multiplier is not None:
     raise ValueError(
