@@ -291,6 +291,82 @@ def test_a_chosen_lambda_is_kept_with_first_selection(grid_process):
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
+def numpy_steps_choosing_lambda(v, w, batches, learning_rate, heldout, grid, few_lambda=None):
+  """(v, each step's lambda): every step takes the candidate of lowest held-out loss."""
+  v = [p.astype(np.float64) for p in v]
+  chosen = []
+  for x, y in batches:
+    _, d_kernel, d_bias = numpy_reference.loss_and_gradients(v[0], v[1], x, y)
+    steps = [[p - learning_rate * (g + c * (p - a)) for p, g, a in zip(v, (d_kernel, d_bias), w)]
+             for c in grid]
+    best = int(np.argmin([numpy_reference.loss_and_gradients(*s, *heldout)[0] for s in steps]))
+    chosen.append(grid[best] if few_lambda is None else few_lambda)
+    v = steps[best] if few_lambda is None else [
+        p - learning_rate * (g + few_lambda * (p - a))
+        for p, g, a in zip(v, (d_kernel, d_bias), w)
+    ]
+  return v, chosen
+
+
+@pytest.fixture(scope='module')
+def every_step_grid_process():
+  return build_grid_process('step')
+
+
+@pytest.mark.parametrize('seed', [25, 35])
+def test_every_step_chooses_the_lowest_heldout_loss_of_one_step(every_step_grid_process, seed):
+  process = every_step_grid_process
+  state = process.initialize()
+  w = process.get_model_weights(state).trainable
+  batches = client_batches(seed, [8, 8, 8, 8, 8])
+  start = grid_state(0.4, -0.2, 0.5)
+  output = run_next(process, state, [batches_dataset(batches)], [start])
+
+  train, heldout = split_heldout(batches)
+  expected_v, chosen = numpy_steps_choosing_lambda(
+      start['model'].trainable, w, train, 0.3, heldout, GRID
+  )
+  assert len(set(chosen)) > 1  # The steps choose differently: one choice a round could not.
+  new = output.personal_states[0]
+  assert new['ditto_lambda'] == np.float32(chosen[-1])
+  for actual, expected in zip(new['model'].trainable, expected_v):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  expected_w = numpy_reference.sgd(w[0], w[1], batches, LEARNING_RATE)
+  for actual, expected in zip(process.get_model_weights(output.state).trainable, expected_w):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('few_lambda', [2.0, 0.5])  # Outside the grid, and in it.
+@pytest.mark.parametrize('min_heldout, falls_back', [(7, False), (8, True)])
+def test_every_step_with_few_heldout_examples_takes_the_fixed_lambda(
+    min_heldout, falls_back, few_lambda
+):
+  process = ditto.build(
+      MODEL,
+      ditto.Hparams(
+          personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID,
+          lambda_selection='step', few_heldout_lambda=few_lambda, min_heldout=min_heldout,
+      ),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
+  )
+  state = process.initialize()
+  w = process.get_model_weights(state).trainable
+  batches = client_batches(25, [8, 8, 8, 8, 8])
+  start = grid_state(0.4, -0.2, 0.5)
+  output = run_next(process, state, [batches_dataset(batches)], [start])
+  train, heldout = split_heldout(batches)
+  assert len(heldout[1]) == 7
+  expected_v, chosen = numpy_steps_choosing_lambda(
+      start['model'].trainable, w, train, 0.3, heldout, GRID,
+      few_lambda=few_lambda if falls_back else None,
+  )
+  assert chosen[-1] != 0.5 or falls_back  # The start's lambda is not what the test sees.
+  new = output.personal_states[0]
+  assert new['ditto_lambda'] == np.float32(chosen[-1])
+  for actual, expected in zip(new['model'].trainable, expected_v):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_grid_evaluates_the_personal_model(grid_process):
   weights = grid_process.get_model_weights(grid_process.initialize())
   (x, y), = client_batches(9, [6])
@@ -319,3 +395,9 @@ def test_negative_grid_value_is_refused():
 def test_bad_few_heldout_settings_are_refused(hparams, message):
   with pytest.raises(ValueError, match=message):
     ditto.build(MODEL, hparams, common.Common(client_learning_rate=0.1))
+
+
+def test_unknown_lambda_selection_is_refused():
+  with pytest.raises(ValueError, match=r"--ditto_lambda_selection must be one of \['every', 'first', 'step'\]"):
+    ditto.build(MODEL, ditto.Hparams(lambda_grid=(0.1, 1.0), lambda_selection='sometimes'),
+                common.Common(client_learning_rate=0.1))

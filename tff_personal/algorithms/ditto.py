@@ -42,11 +42,15 @@ held-out example) gives the round's lambda and v. With `few_heldout_lambda`,
 a client with fewer than `min_heldout` held-out examples does not choose: it
 trains with that lambda (the paper's Appendix: under 4 validation examples,
 lambda = 1, or 0.1 under strong attacks). With
-`lambda_selection='every'` a client chooses at every participation (Ditto's
-code chooses at every local step); with 'first', once, at its first
-participation, and keeps it. Choosing once locks in the choice made against
-an early, poor global model: on the 105 FEMNIST writers 60 of them kept
-lambda = 0.1 and their v stayed near a local model (docs/results_ditto.md).
+`lambda_selection='every'` a client chooses at every participation; with
+'first', once, at its first participation, and keeps it; with 'step', at
+every personal SGD step, as Ditto's code does with `dynamic_lam`: from the
+step's gradient g at v, each candidate's step v - eta_p * (g + lambda *
+(v - w^t)) is scored by its held-out loss and the lowest is kept, so the
+lambda can change from one step to the next (P's lambda is the last step's).
+Choosing once locks in the choice made against an early, poor global model:
+on the 105 FEMNIST writers 60 of them kept lambda = 0.1 and their v stayed
+near a local model (docs/results_ditto.md).
 P is then <model=v, ditto_lambda=float32>, the last chosen lambda (-1 before
 the first); without a grid, P = v and v trains on all the client's data.
 """
@@ -68,6 +72,7 @@ from tff_personal.training import client_training
 ModelWeights = tff.learning.models.ModelWeights
 UNSELECTED_LAMBDA = -1.0  # A new client's lambda before it chose from the grid.
 HELDOUT_BUCKETS = 10  # With a lambda grid, a tenth of a client's examples validates.
+LAMBDA_SELECTIONS = ('every', 'first', 'step')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +85,8 @@ class Hparams:
       loss on a held-out tenth of the client's examples (overrides lambda_); e.g. 0.05,0.1,0.2 under strong attacks, 0.1,1,2
       otherwise (Li et al. 2021).
     lambda_selection: with lambda_grid, when a client chooses its lambda:
-      at every participation ('every') or at its first only ('first').
+      at every participation ('every'), at its first only ('first'), or at
+      every personal SGD step ('step', Ditto's code).
     few_heldout_lambda: with lambda_grid, the lambda of a client with fewer
       than min_heldout held-out examples, which then does not choose (the
       paper: 1, or 0.1 under strong attacks); None: it chooses too.
@@ -93,7 +99,7 @@ class Hparams:
 
   lambda_: float = common.hparam(0.1, lower=0.0)
   lambda_grid: tuple[float, ...] = common.hparam((), lower=0.0)
-  lambda_selection: str = common.hparam('every', choices=('every', 'first'))
+  lambda_selection: str = common.hparam('every', choices=LAMBDA_SELECTIONS)
   few_heldout_lambda: Optional[float] = common.hparam(None, lower=0.0)
   min_heldout: int = common.hparam(4, lower=1)
   personal_learning_rate: Optional[float] = common.hparam(None, lower=0.0)
@@ -117,6 +123,7 @@ def build_client_update(
   variables = ModelWeights.from_model(model)
   lambda_grid = hparams.lambda_grid
   choose_every_round = hparams.lambda_selection == 'every'
+  every_step = hparams.lambda_selection == 'step'
   personal_learning_rate = hparams.personal_learning_rate
   if personal_learning_rate is None:
     personal_learning_rate = learning_rate
@@ -124,17 +131,71 @@ def build_client_update(
   def assign(weights):
     tf.nest.map_structure(lambda v, w: v.assign(w), variables, weights)
 
+  def personal_passes(dataset):
+    if hparams.personal_steps > 0:
+      return [dataset.repeat().take(hparams.personal_steps)]
+    return [dataset] * hparams.personal_epochs
+
   def personal_update(personal_weights, global_weights, dataset, lambda_value):
     assign(personal_weights)
-    if hparams.personal_steps > 0:
-      personal_data = [dataset.repeat().take(hparams.personal_steps)]
-    else:
-      personal_data = [dataset] * hparams.personal_epochs
-    for data in personal_data:
+    for data in personal_passes(dataset):
       client_training.proximal_sgd_pass(
           model, data, variables.trainable, global_weights.trainable,
           personal_learning_rate, lambda_value,
       )
+
+  def select_lambda_every_step(personal_weights, global_weights, train, validation):
+    """(last step's lambda, v) with each step's lambda chosen on the held-out loss."""
+    assign(personal_weights)
+    trainable = variables.trainable
+    anchor = global_weights.trainable
+    few_lambda = hparams.few_heldout_lambda
+    candidates = list(lambda_grid)
+    if few_lambda is not None:
+      _, num_heldout = client_training.mean_loss_and_count(model, validation)
+      too_few = num_heldout < hparams.min_heldout
+      if few_lambda not in candidates:
+        candidates.append(few_lambda)
+
+    def step(chosen_lambda, batch):
+      del chosen_lambda  # Each step chooses afresh.
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+      gradients = client_training.dense_gradients(tape.gradient(output.loss, trainable))
+      start = [tf.identity(v) for v in trainable]
+      best = None
+      stepped = {}
+      for value in candidates:
+        candidate = tf.constant(value, tf.float32)
+        for variable, origin, gradient, center in zip(trainable, start, gradients, anchor):
+          variable.assign(
+              origin - personal_learning_rate * (gradient + candidate * (origin - center))
+          )
+        weights = [tf.identity(v) for v in trainable]
+        stepped[value] = (candidate, weights)
+        if value not in lambda_grid:
+          continue  # The few-held-out lambda, outside the grid: never chosen by loss.
+        loss, _ = client_training.mean_loss_and_count(model, validation)
+        if best is None:
+          best = (loss, candidate, weights)
+          continue
+        better = loss < best[0]
+        best = tf.nest.map_structure(lambda new, old: tf.where(better, new, old),
+                                     (loss, candidate, weights), best)
+      chosen_lambda, chosen = best[1:]
+      if few_lambda is not None:
+        chosen_lambda, chosen = tf.nest.map_structure(
+            lambda few, best_one: tf.where(too_few, few, best_one),
+            stepped[few_lambda], (chosen_lambda, chosen),
+        )
+      for variable, value in zip(trainable, chosen):
+        variable.assign(value)
+      return chosen_lambda
+
+    lambda_value = tf.constant(UNSELECTED_LAMBDA, tf.float32)
+    for data in personal_passes(train):
+      lambda_value = client_training.reduce_batches(data, lambda_value, step)
+    return lambda_value, tf.nest.map_structure(tf.identity, variables)
 
   def select_lambda(personal_weights, global_weights, train, validation):
     """(lambda, v) of the grid's candidate with the lowest held-out loss."""
@@ -177,7 +238,10 @@ def build_client_update(
       _, validation = client_training.split_heldout(whole_data, HELDOUT_BUCKETS)
       personal_weights = personal_state['model']
       lambda_value = personal_state['ditto_lambda']
-      if choose_every_round or lambda_value < 0:
+      if every_step:
+        lambda_value, new_personal = select_lambda_every_step(
+            personal_weights, global_weights, train, validation)
+      elif choose_every_round or lambda_value < 0:
         lambda_value, new_personal = select_lambda(
             personal_weights, global_weights, train, validation)
       else:
@@ -210,9 +274,10 @@ def _check(hparams: Hparams) -> Hparams:
   lambda_grid = tuple(float(c) for c in hparams.lambda_grid)
   if any(c < 0 for c in lambda_grid):
     raise ValueError(f'--ditto_lambda_grid must hold values >= 0, got {list(lambda_grid)}.')
-  if hparams.lambda_selection not in ('every', 'first'):
+  if hparams.lambda_selection not in LAMBDA_SELECTIONS:
     raise ValueError(
-        f"--ditto_lambda_selection must be 'every' or 'first', got {hparams.lambda_selection!r}."
+        f'--ditto_lambda_selection must be one of {list(LAMBDA_SELECTIONS)}, '
+        f'got {hparams.lambda_selection!r}.'
     )
   if hparams.few_heldout_lambda is not None:
     if not lambda_grid:
