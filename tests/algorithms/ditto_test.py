@@ -46,6 +46,24 @@ def numpy_proximal_steps(v, w, batches, learning_rate, ditto_lambda):
   return v
 
 
+def assert_weights_close(actual_weights, expected_weights):
+  for actual, expected in zip(actual_weights, expected_weights):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def assert_personal_state(output, expected_lambda, expected_v):
+  """The first client's new state holds `expected_lambda` and v = `expected_v`."""
+  new = output.personal_states[0]
+  assert new['ditto_lambda'] == np.float32(expected_lambda)
+  assert_weights_close(new['model'].trainable, expected_v)
+
+
+def assert_global_model_is_sgd(process, output, w, batches):
+  """The new global model is FedAvg's: SGD from w over the client's `batches`."""
+  expected_w = numpy_reference.sgd(w[0], w[1], batches, LEARNING_RATE)
+  assert_weights_close(process.get_model_weights(output.state).trainable, expected_w)
+
+
 @pytest.mark.parametrize('ditto_lambda', [0.0, 0.5, 3.0])
 def test_one_round_exact_numbers(ditto_lambda):
   process = build(ditto_lambda, personal_steps=3)
@@ -57,11 +75,8 @@ def test_one_round_exact_numbers(ditto_lambda):
   expected_v = numpy_proximal_steps(
       start.trainable, w, batches + batches[:1], 0.05, ditto_lambda
   )
-  for actual, expected in zip(output.personal_states[0].trainable, expected_v):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-  expected_w = numpy_reference.sgd(w[0], w[1], batches, LEARNING_RATE)
-  for actual, expected in zip(process.get_model_weights(output.state).trainable, expected_w):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  assert_weights_close(output.personal_states[0].trainable, expected_v)
+  assert_global_model_is_sgd(process, output, w, batches)
 
 
 def test_zero_lambda_is_local_training_of_the_personal_model():
@@ -208,10 +223,7 @@ def test_a_choice_picks_the_lowest_heldout_loss(
   chosen = int(np.argmin(losses))
   if previous_lambda != ditto.UNSELECTED_LAMBDA:  # A re-choice that keeps lambda shows nothing.
     assert GRID[chosen] != previous_lambda
-  new = output.personal_states[0]
-  assert new['ditto_lambda'] == np.float32(GRID[chosen])
-  for actual, expected in zip(new['model'].trainable, candidates[chosen]):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  assert_personal_state(output, GRID[chosen], candidates[chosen])
 
 
 def test_with_client_steps_it_trains_on_them_and_validates_on_all_the_round_data():
@@ -237,13 +249,8 @@ def test_with_client_steps_it_trains_on_them_and_validates_on_all_the_round_data
   chosen = int(np.argmin(losses))
   losses_steps = [numpy_reference.loss_and_gradients(*v, x_steps, y_steps)[0] for v in candidates]
   assert (len(x), len(x_steps)) == (7, 2) and int(np.argmin(losses_steps)) != chosen  # which differ.
-  new = output.personal_states[0]
-  assert new['ditto_lambda'] == np.float32(GRID[chosen])
-  for actual, expected in zip(new['model'].trainable, candidates[chosen]):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-  expected_w = numpy_reference.sgd(w[0], w[1], batches[:steps], LEARNING_RATE)
-  for actual, expected in zip(process.get_model_weights(output.state).trainable, expected_w):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  assert_personal_state(output, GRID[chosen], candidates[chosen])
+  assert_global_model_is_sgd(process, output, w, batches[:steps])
 
 
 @pytest.mark.parametrize('few_lambda', [2.0, 0.0])  # Outside the grid, and in it.
@@ -271,10 +278,7 @@ def test_a_client_with_few_heldout_examples_takes_the_fixed_lambda(
   expected_lambda = few_lambda if falls_back else GRID[chosen]
   assert expected_lambda not in (0.5,)  # Not the start's lambda: the test sees the choice.
   expected_v = numpy_proximal_steps(start['model'].trainable, w, train, 0.3, expected_lambda)
-  new = output.personal_states[0]
-  assert new['ditto_lambda'] == np.float32(expected_lambda)
-  for actual, expected in zip(new['model'].trainable, expected_v):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  assert_personal_state(output, expected_lambda, expected_v)
 
 
 def test_a_chosen_lambda_is_kept_with_first_selection(grid_process):
@@ -287,8 +291,7 @@ def test_a_chosen_lambda_is_kept_with_first_selection(grid_process):
   train, _ = split_heldout(batches)
   assert sum(len(y) for _, y in train) < 30  # Some examples are held out.
   expected_v = numpy_proximal_steps(start['model'].trainable, w, train, 0.3, 0.5)
-  for actual, expected in zip(output.personal_states[0]['model'].trainable, expected_v):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  assert_weights_close(output.personal_states[0]['model'].trainable, expected_v)
 
 
 def numpy_steps_choosing_lambda(v, w, batches, learning_rate, heldout, grid, few_lambda=None):
@@ -327,13 +330,8 @@ def test_every_step_chooses_the_lowest_heldout_loss_of_one_step(every_step_grid_
       start['model'].trainable, w, train, 0.3, heldout, GRID
   )
   assert len(set(chosen)) > 1  # The steps choose differently: one choice a round could not.
-  new = output.personal_states[0]
-  assert new['ditto_lambda'] == np.float32(chosen[-1])
-  for actual, expected in zip(new['model'].trainable, expected_v):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-  expected_w = numpy_reference.sgd(w[0], w[1], batches, LEARNING_RATE)
-  for actual, expected in zip(process.get_model_weights(output.state).trainable, expected_w):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  assert_personal_state(output, chosen[-1], expected_v)
+  assert_global_model_is_sgd(process, output, w, batches)
 
 
 @pytest.mark.parametrize('few_lambda', [2.0, 0.5])  # Outside the grid, and in it.
@@ -361,10 +359,7 @@ def test_every_step_with_few_heldout_examples_takes_the_fixed_lambda(
       few_lambda=few_lambda if falls_back else None,
   )
   assert chosen[-1] != 0.5 or falls_back  # The start's lambda is not what the test sees.
-  new = output.personal_states[0]
-  assert new['ditto_lambda'] == np.float32(chosen[-1])
-  for actual, expected in zip(new['model'].trainable, expected_v):
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+  assert_personal_state(output, chosen[-1], expected_v)
 
 
 def test_grid_evaluates_the_personal_model(grid_process):

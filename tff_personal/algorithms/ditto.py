@@ -75,6 +75,14 @@ HELDOUT_BUCKETS = 10  # With a lambda grid, a tenth of a client's examples valid
 LAMBDA_SELECTIONS = ('every', 'first', 'step')
 
 
+def _lower_loss(best, candidate):
+  """Of two (loss, lambda, weights), the one with the lower loss (`best` on ties)."""
+  if best is None:
+    return candidate
+  better = candidate[0] < best[0]
+  return tf.nest.map_structure(lambda new, old: tf.where(better, new, old), candidate, best)
+
+
 @dataclasses.dataclass(frozen=True)
 class Hparams:
   """Ditto's hyperparameters.
@@ -176,12 +184,7 @@ def build_client_update(
         if value not in lambda_grid:
           continue  # The few-held-out lambda, outside the grid: never chosen by loss.
         loss, _ = client_training.mean_loss_and_count(model, validation)
-        if best is None:
-          best = (loss, candidate, weights)
-          continue
-        better = loss < best[0]
-        best = tf.nest.map_structure(lambda new, old: tf.where(better, new, old),
-                                     (loss, candidate, weights), best)
+        best = _lower_loss(best, (loss, candidate, weights))
       chosen_lambda, chosen = best[1:]
       if few_lambda is not None:
         chosen_lambda, chosen = tf.nest.map_structure(
@@ -207,12 +210,7 @@ def build_client_update(
       loss, num_heldout = client_training.mean_loss_and_count(model, validation)
       weights = tf.nest.map_structure(tf.identity, variables)
       trained[value] = (candidate, weights)
-      if best is None:
-        best = (loss, candidate, weights)
-        continue
-      better = loss < best[0]
-      best = tf.nest.map_structure(lambda new, old: tf.where(better, new, old),
-                                   (loss, candidate, weights), best)
+      best = _lower_loss(best, (loss, candidate, weights))
     if hparams.few_heldout_lambda is None:
       return best[1], best[2]
     fallback = trained.get(hparams.few_heldout_lambda) or keep_lambda(
