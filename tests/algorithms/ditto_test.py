@@ -253,19 +253,25 @@ def test_with_client_steps_it_trains_on_them_and_validates_on_all_the_round_data
   assert_global_model_is_sgd(process, output, w, batches[:steps])
 
 
+def build_few_heldout(few_lambda, min_heldout, lambda_selection):
+  """A grid process whose clients under `min_heldout` held-out examples take `few_lambda`."""
+  return ditto.build(
+      MODEL,
+      ditto.Hparams(
+          personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID,
+          lambda_selection=lambda_selection, few_heldout_lambda=few_lambda,
+          min_heldout=min_heldout,
+      ),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
+  )
+
+
 @pytest.mark.parametrize('few_lambda', [2.0, 0.0])  # Outside the grid, and in it.
 @pytest.mark.parametrize('min_heldout, falls_back', [(7, False), (8, True)])
 def test_a_client_with_few_heldout_examples_takes_the_fixed_lambda(
     min_heldout, falls_back, few_lambda
 ):
-  process = ditto.build(
-      MODEL,
-      ditto.Hparams(
-          personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID,
-          few_heldout_lambda=few_lambda, min_heldout=min_heldout,
-      ),
-      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
-  )
+  process = build_few_heldout(few_lambda, min_heldout, 'every')
   state = process.initialize()
   w = process.get_model_weights(state).trainable
   batches = client_batches(4, [8, 8, 8, 8, 8])
@@ -339,14 +345,7 @@ def test_every_step_chooses_the_lowest_heldout_loss_of_one_step(every_step_grid_
 def test_every_step_with_few_heldout_examples_takes_the_fixed_lambda(
     min_heldout, falls_back, few_lambda
 ):
-  process = ditto.build(
-      MODEL,
-      ditto.Hparams(
-          personal_learning_rate=0.3, personal_epochs=1, lambda_grid=GRID,
-          lambda_selection='step', few_heldout_lambda=few_lambda, min_heldout=min_heldout,
-      ),
-      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
-  )
+  process = build_few_heldout(few_lambda, min_heldout, 'step')
   state = process.initialize()
   w = process.get_model_weights(state).trainable
   batches = client_batches(25, [8, 8, 8, 8, 8])
