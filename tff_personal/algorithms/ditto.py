@@ -83,6 +83,11 @@ def _lower_loss(best, candidate):
   return tf.nest.map_structure(lambda new, old: tf.where(better, new, old), candidate, best)
 
 
+def _few_heldout_or_chosen(too_few, few_heldout, chosen):
+  """`few_heldout`'s (lambda, weights) where the client has too few held-out examples."""
+  return tf.nest.map_structure(lambda few, own: tf.where(too_few, few, own), few_heldout, chosen)
+
+
 @dataclasses.dataclass(frozen=True)
 class Hparams:
   """Ditto's hyperparameters.
@@ -187,9 +192,8 @@ def build_client_update(
         best = _lower_loss(best, (loss, candidate, weights))
       chosen_lambda, chosen = best[1:]
       if few_lambda is not None:
-        chosen_lambda, chosen = tf.nest.map_structure(
-            lambda few, best_one: tf.where(too_few, few, best_one),
-            stepped[few_lambda], (chosen_lambda, chosen),
+        chosen_lambda, chosen = _few_heldout_or_chosen(
+            too_few, stepped[few_lambda], (chosen_lambda, chosen)
         )
       for variable, value in zip(trainable, chosen):
         variable.assign(value)
@@ -218,9 +222,7 @@ def build_client_update(
         tf.constant(hparams.few_heldout_lambda, tf.float32),
     )
     too_few = num_heldout < hparams.min_heldout
-    return tf.nest.map_structure(
-        lambda few, chosen: tf.where(too_few, few, chosen), fallback, best[1:]
-    )
+    return _few_heldout_or_chosen(too_few, fallback, best[1:])
 
   def keep_lambda(personal_weights, global_weights, train, lambda_value):
     personal_update(personal_weights, global_weights, train, lambda_value)
