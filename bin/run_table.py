@@ -15,7 +15,11 @@ without a complete `summary.json` (a run interrupted is resumed from its
 checkpoint), then prints the table of benign clients' test accuracy (mean ±
 std (worst-10% mean); over seeds, mean ± 95% interval), the privacy spent by
 DP runs, and the checks of the shape Ditto's paper reports where its
-settings are in the table. Logs go to <root_output_dir>/<run>.log.
+settings are in the table. Logs go to <root_output_dir>/<run>.log. A
+finished run whose settings (its summary's `run_config`) differ from its
+flagfile's, kept from before the flagfile changed, is left out of the table
+with a note and not run over; so a table whose finished runs are kept in the
+repository (results/README.md) stays the table of its flagfiles.
 
 Runs go one after the other, or --parallel at once on this machine, or one
 per TFF worker of --workers at once (`bin/worker.py`; each run gets
@@ -93,18 +97,23 @@ def _root() -> str:
   )
 
 
-def _flag_value(flagfile: str, name: str) -> str:
-  """The last value of --name in a flagfile and the flagfiles it includes."""
-  value = None
+def _flagfile_values(flagfile: str) -> dict[str, str]:
+  """The `--name=value` of a flagfile and the flagfiles it includes, the last value of each."""
+  values = {}
   with open(flagfile) as f:
     for line in f:
       line = line.strip()
       if line.startswith('--flagfile='):
-        included = _flag_value(os.path.join(_REPO, line.split('=', 1)[1]), name)
-        value = included if included is not None else value
-      elif line.startswith(f'--{name}='):
-        value = line.split('=', 1)[1]
-  return value
+        values.update(_flagfile_values(os.path.join(_REPO, line.split('=', 1)[1])))
+      elif line.startswith('--') and '=' in line:
+        name, value = line[2:].split('=', 1)
+        values[name] = value
+  return values
+
+
+def _flag_value(flagfile: str, name: str) -> str:
+  """The last value of --name in a flagfile and the flagfiles it includes."""
+  return _flagfile_values(flagfile).get(name)
 
 
 def _run(run: results_table.Run, name: str, seed, worker=None) -> int:
@@ -186,6 +195,15 @@ def main(argv):
     for seed in seeds:
       cells.append((run, run.name_for_seed(seed, flagfile_seed), seed, total_rounds, flagfile_seed))
   summary_path = lambda name: os.path.join(_root(), name, 'summary.json')
+  stale = {}  # name -> how its finished run differs from its flagfile
+  for run, name, seed, total_rounds, _ in cells:
+    summary = results_table.read_summary(summary_path(name), total_rounds)
+    if summary is not None and 'run_config' in summary:
+      differences = results_table.stale_settings(
+          _flagfile_values(run.flagfile), summary['run_config'], seed
+      )
+      if differences:
+        stale[name] = differences
   codes = {}
   if RUN.value:
     codes = _run_all([
@@ -195,6 +213,15 @@ def main(argv):
   per_seed, privacy, finished = collections.defaultdict(list), [], {}
   for run, name, seed, total_rounds, flagfile_seed in cells:
     summary = results_table.read_summary(summary_path(name), total_rounds)
+    if name in stale:
+      print(
+          f'run_table.py: {summary_path(name)} was run with other settings than'
+          f' {run.flagfile} (flagfile vs run: {", ".join(stale[name])}); left out of the'
+          ' table: remove its directory to run it again.',
+          file=sys.stderr,
+      )
+      per_seed[(run.setting, run.column)].append(f'stale: {"; ".join(stale[name])}')
+      continue
     if summary is None:
       if name in codes:
         note = _failure_line(os.path.join(_root(), f'{name}.log'))

@@ -120,3 +120,27 @@ def test_runs_go_one_per_worker_and_failures_are_cells(tmp_path):
   assert {line.split(' on ')[1].split()[0] for line in started} == {'hosta:1', 'hostb:2'}
   assert '| clean | failed (exit 2): train.py: error: flag --task=no_such_task' in result.stdout
   assert not (root / 'table.png').exists()  # No cell ran.
+
+
+def test_a_run_with_other_settings_than_its_flagfile_is_left_out(tmp_path):
+  """A summary kept from before its flagfile changed is no cell, and is not run over."""
+  configs, root = tmp_path / 'configs', tmp_path / 'out'
+  configs.mkdir()
+  (configs / 'fmnist__clean__fedavg.flags').write_text(
+      '--total_rounds=3\n--seed=0\n--client_learning_rate=0.1\n'
+  )
+  (root / 'fmnist__clean__fedavg').mkdir(parents=True)
+  summary = {'final_eval': {'eval/accuracy_mean': 0.8, 'eval/accuracy_std': 0.1,
+                            'eval/accuracy_worst10_mean': 0.5},
+             'rounds_completed': 3,
+             'run_config': {'total_rounds': 3, 'seed': 0, 'client_learning_rate': 0.3}}
+  (root / 'fmnist__clean__fedavg' / 'summary.json').write_text(json.dumps(summary))
+  result = subprocess.run(
+      [sys.executable, SCRIPT, f'--configs_dir={configs}', '--task=fmnist',
+       f'--root_output_dir={root}'],
+      cwd=binaries.REPO_ROOT, capture_output=True, text=True, check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  assert '| clean | stale: --client_learning_rate=0.1 vs 0.3 |' in result.stdout
+  assert 'remove its directory to run it again' in result.stderr
+  assert 'running' not in result.stderr

@@ -58,6 +58,23 @@ def test_read_summary_needs_every_round(tmp_path):
   assert results_table.read_summary(str(path), 40) is None
 
 
+def test_stale_settings_compare_the_flagfile_with_the_run():
+  run_config = {'algorithm': 'ditto', 'ditto_lambda': 1.0, 'client_steps': 2, 'seed': 3,
+                'finetune': False, 'ditto_lambda_grid': [0.05, 0.1], 'aggregator_clip_norm': None,
+                'total_rounds': 150}
+  same = {'algorithm': 'ditto', 'ditto_lambda': '1', 'client_steps': '2', 'finetune': 'false',
+          'ditto_lambda_grid': '0.05,0.1', 'aggregator_clip_norm': 'None',
+          'total_rounds': '300',  # Checked by read_summary: a shorter run is resumed.
+          'root_output_dir': 'output/x', 'flagfile': 'base.flags'}  # No settings of a run.
+  assert results_table.stale_settings(same, run_config, seed=3) == []
+  changed = dict(same, ditto_lambda='0.1', ditto_lambda_grid='0.05,0.1,0.2', finetune='true')
+  assert results_table.stale_settings(changed, run_config, seed=4) == [
+      '--ditto_lambda=0.1 vs 1.0', '--ditto_lambda_grid=0.05,0.1,0.2 vs [0.05, 0.1]',
+      "--finetune=true vs False", '--seed=4 vs 3',
+  ]
+  assert results_table.stale_settings({'seed': '3'}, run_config, seed=None) == []
+
+
 def test_markdown_rows_and_missing_cells():
   results = {('clean', 'ditto'): results_table.Cell(0.9, 0.1, 0.5), ('a3_10', 'fedavg'): 'failed'}
   text = results_table.markdown(results, ['clean', 'a3_10'], ['fedavg', 'ditto'])

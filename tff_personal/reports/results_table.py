@@ -211,6 +211,50 @@ def read_summary(path: str, total_rounds: Optional[int] = None) -> Optional[dict
   return summary
 
 
+# Settings a finished run may differ in from its flagfile: they do not change
+# its trained models (total_rounds is checked by `read_summary`).
+_FREE_SETTINGS = frozenset({'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint'})
+
+
+def stale_settings(
+    flag_values: Mapping[str, str], run_config: Mapping[str, Any], seed: Optional[int]
+) -> list[str]:
+  """Where a finished run's settings differ from its flagfile's.
+
+  `flag_values`: the flagfile's `--name=value` (its last value, included
+  flagfiles read); `run_config`: the run's `summary.json` settings; `seed`:
+  the table's `--seed` for the run (None: the flagfile's). Flags that are no
+  setting of the run (`--flagfile`, `--root_output_dir`, ...) are skipped.
+  Returns `--name=<flagfile's> vs <run's>` for each difference: a summary
+  kept from before a flagfile changed is not the flagfile's run.
+  """
+  wanted = dict(flag_values)
+  if seed is not None:
+    wanted['seed'] = str(seed)
+  return [
+      f'--{name}={value} vs {run_config[name]!r}'
+      for name, value in sorted(wanted.items())
+      if name in run_config and name not in _FREE_SETTINGS
+      and not _same_setting(value, run_config[name])
+  ]
+
+
+def _same_setting(flag_value: str, setting: Any) -> bool:
+  if isinstance(setting, bool):
+    return flag_value.lower() in (('true', '1') if setting else ('false', '0'))
+  if isinstance(setting, (int, float)):
+    try:
+      return float(flag_value) == setting
+    except ValueError:
+      return False
+  if isinstance(setting, (list, tuple)):
+    values = [v.strip() for v in flag_value.split(',') if v.strip()]
+    return len(values) == len(setting) and all(map(_same_setting, values, setting))
+  if setting is None:
+    return flag_value in ('', 'None')
+  return flag_value == str(setting)
+
+
 def markdown(
     results: Mapping[tuple[str, str], Any], settings: Sequence[str], columns: Sequence[str]
 ) -> str:
