@@ -189,6 +189,18 @@ def test_other_partitions(options, changes, num_clients):
     assert len(everything) == NUM
 
 
+def test_ditto_code_devices_train_on_the_train_set_and_test_on_the_test_set(options):
+  task = fmnist.build_fmnist_task(
+      dataclasses.replace(options, partition='ditto_code', num_clients=200, classes_per_client=5)
+  )
+  assert len(task.client_ids) == 200
+  for device, client_id in enumerate(task.client_ids[:20]):
+    train, test = _ids(task.train_data, client_id), _ids(task.test_data, client_id)
+    assert max(train) < 300 <= min(test)  # The files' train set, then their t10k set.
+    window = {(device + j) % 10 for j in range(5)}
+    assert set(LABELS[train].tolist()) == set(LABELS[test].tolist()) == window
+
+
 def test_iid_clients_have_every_class(options):
   task = fmnist.build_fmnist_task(dataclasses.replace(options, classes_per_client=10))
   for client_id in task.client_ids:
@@ -205,7 +217,7 @@ def test_bad_partition(options):
 
 def test_plain_files_work(tmp_path):
   write_tiny_idx(str(tmp_path), gzip_train=False)
-  images, labels = fmnist.load_idx_dataset(str(tmp_path), 'fmnist', '')
+  images, labels, num_train = fmnist.load_idx_dataset(str(tmp_path), 'fmnist', '')
   np.testing.assert_array_equal(images, _images())
   np.testing.assert_array_equal(labels, LABELS)
   assert images.dtype == np.uint8 and labels.dtype == np.int32

@@ -110,6 +110,42 @@ def test_ditto_impossible():
     partitions.ditto(LABELS, 1000, 1, seed=0, min_per_class=10)
 
 
+def test_ditto_code_builds_the_devices_of_dittos_data_script():
+  train_labels, test_labels = np.repeat(np.arange(10), 50), np.repeat(np.arange(10), 10)
+  train, test = partitions.ditto_code(train_labels, test_labels, num_clients=50)
+  assert len(train) == len(test) == 50
+  # The script's draws, restated: sizes, then each device's class shares.
+  rng = np.random.RandomState(233)
+  sizes = rng.lognormal(3, 1, 50) + 10
+  sizes = 500 * sizes / sizes.sum()
+  for device in range(50):
+    shares = rng.lognormal(1, 1, 5)
+    shares = shares / shares.sum()
+    window = [(device + j) % 10 for j in range(5)]  # Overlapping windows of classes.
+    train_counts = np.bincount(train_labels[train[device]], minlength=10)
+    test_counts = np.bincount(test_labels[test[device]], minlength=10)
+    assert train_counts[window].tolist() == [int(p * sizes[device]) + 1 for p in shares]
+    assert test_counts[window].tolist() == [int(p * sizes[device] / 6) + 1 for p in shares]
+    assert train_counts.sum() == train_counts[window].sum()
+  assert [len(t) for t in train[:5]] == [14, 9, 7, 8, 8]
+  # A class's examples are handed out in the dataset's order: device 0 gets
+  # the first ones of class 0; class 0 (indices 0-49) runs out and starts over,
+  # so some examples sit on several devices.
+  first = train[0][train_labels[train[0]] == 0]
+  assert first.tolist() == list(range(len(first)))
+  everything = np.concatenate(train)
+  assert len(np.unique(everything)) < len(everything)
+
+
+def test_ditto_code_is_one_partition_and_refuses_too_small_classes():
+  labels = np.repeat(np.arange(10), 50), np.repeat(np.arange(10), 10)
+  a = partitions.ditto_code(*labels, num_clients=50)
+  b = partitions.ditto_code(*labels, num_clients=50)
+  assert all(np.array_equal(x, y) for x, y in zip(a[0] + a[1], b[0] + b[1]))
+  with pytest.raises(ValueError, match='Class 4 has 50 examples; a device needs 119 of it'):
+    partitions.ditto_code(*labels, num_clients=5)
+
+
 def test_dirichlet_uses_everything_with_min_size():
   parts = partitions.dirichlet(LABELS, 20, 0.5, seed=0, min_size=50)
   assert min(len(p) for p in parts) >= 50

@@ -7,7 +7,10 @@ among `options.num_clients` clients by `options.partition` (see
 log-normal devices, or Dirichlet label skew), and every client's examples are
 split, stratified by label, into its own train and test sets
 (`options.test_fraction`), so each client is evaluated on its own
-distribution. Partition and splits are seeded by `options.seed`.
+distribution. Partition and splits are seeded by `options.seed`. The
+`ditto_code` partition instead builds the devices of Ditto's data script: train
+examples from the train set, test examples from the test set, one partition
+whatever the seed.
 
 Data comes from the idx files in `options.data_dir` (gzipped or plain).
 Pixels stay uint8 in memory; client datasets yield the raw
@@ -44,8 +47,11 @@ CNN_CONV_FILTERS = (16, 32)
 CNN_DENSE_UNITS = 128
 
 
-def load_idx_dataset(data_dir: str, task: str, hint: str) -> tuple[np.ndarray, np.ndarray]:
-  """Pooled (images uint8 [N, 28, 28], labels int32 [N]) from the idx files.
+def load_idx_dataset(
+    data_dir: str, task: str, hint: str
+) -> tuple[np.ndarray, np.ndarray, int]:
+  """Pooled (images uint8 [N, 28, 28], labels int32 [N], number of train
+  examples) from the idx files: the train set's examples, then the test set's.
 
   Raises:
     base.DataUnavailableError: if an idx file is missing; `hint` says how to
@@ -70,7 +76,7 @@ def load_idx_dataset(data_dir: str, task: str, hint: str) -> tuple[np.ndarray, n
       )
     images.append(x.astype(np.uint8))
     labels.append(y.astype(np.int32))
-  return np.concatenate(images), np.concatenate(labels)
+  return np.concatenate(images), np.concatenate(labels), len(labels[0])
 
 
 def partition_clients(
@@ -92,7 +98,8 @@ def partition_clients(
         labels, options.num_clients, options.dirichlet_alpha, options.seed
     )
   raise ValueError(
-      f'Unknown partition {options.partition!r}; allowed: k_classes, ditto, dirichlet.'
+      f'Unknown partition {options.partition!r}; allowed:'
+      f' {", ".join(task_options.PARTITIONS)}.'
   )
 
 
@@ -160,21 +167,34 @@ def build_model_spec() -> model_spec.ModelSpec:
 
 
 def task_from_arrays(
-    name: str, images: np.ndarray, labels: np.ndarray, options: task_options.TaskOptions
+    name: str, images: np.ndarray, labels: np.ndarray, num_train: int,
+    options: task_options.TaskOptions,
 ) -> base.Task:
-  """Partitions pooled arrays among clients, each with its own test split."""
-  parts = partition_clients(labels, options)
-  client_ids = [f'client_{i:03d}' for i in range(len(parts))]
-  train_indices, test_indices = [], []
-  for i, part in enumerate(parts):
-    train, test = partitions.train_test_split(
-        part, labels, options.test_fraction, seed=options.seed * 100_003 + i
+  """Partitions pooled arrays among clients, each with its own test split.
+
+  The first `num_train` pooled examples are the dataset's train set; the
+  `ditto_code` partition draws a device's train examples from it and its test
+  examples from the rest, the others split a client's examples by
+  `options.test_fraction`.
+  """
+  if options.partition == 'ditto_code':
+    train_indices, test_indices = partitions.ditto_code(
+        labels[:num_train], labels[num_train:], options.num_clients,
+        options.classes_per_client, NUM_CLASSES,
     )
-    train_indices.append(train)
-    test_indices.append(test)
+    test_indices = [num_train + t for t in test_indices]
+  else:
+    train_indices, test_indices = [], []
+    for i, part in enumerate(partition_clients(labels, options)):
+      train, test = partitions.train_test_split(
+          part, labels, options.test_fraction, seed=options.seed * 100_003 + i
+      )
+      train_indices.append(train)
+      test_indices.append(test)
+  client_ids = [f'client_{i:03d}' for i in range(len(train_indices))]
   logging.info(
       '%s: %d clients, %d train and %d test examples (%s partition).',
-      name, len(parts), sum(map(len, train_indices)), sum(map(len, test_indices)),
+      name, len(client_ids), sum(map(len, train_indices)), sum(map(len, test_indices)),
       options.partition,
   )
   return base.Task(
@@ -195,12 +215,12 @@ def build_fmnist_task(options: task_options.TaskOptions) -> base.Task:
   Raises:
     base.DataUnavailableError: if the idx files are missing.
   """
-  images, labels = load_idx_dataset(
+  images, labels, num_train = load_idx_dataset(
       options.data_dir, 'fmnist',
       'on Debian: apt-get install dataset-fashion-mnist, which installs them in'
       f' {task_options.DEFAULT_FMNIST_DIR}',
   )
-  return task_from_arrays('fmnist', images, labels, options)
+  return task_from_arrays('fmnist', images, labels, num_train, options)
 
 
 def build_mnist_task(options: task_options.TaskOptions) -> base.Task:
@@ -221,5 +241,5 @@ def build_mnist_task(options: task_options.TaskOptions) -> base.Task:
         f' plain); {data_dir} holds Fashion-MNIST. Point --data_dir at a folder'
         f' with the MNIST files ({hint}).'
     )
-  images, labels = load_idx_dataset(data_dir, 'mnist', hint)
-  return task_from_arrays('mnist', images, labels, options)
+  images, labels, num_train = load_idx_dataset(data_dir, 'mnist', hint)
+  return task_from_arrays('mnist', images, labels, num_train, options)

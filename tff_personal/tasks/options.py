@@ -52,7 +52,7 @@ class TaskOptions:
   cnn: str = 'fedavg'
 
 
-PARTITIONS = ('k_classes', 'ditto', 'dirichlet')
+PARTITIONS = ('k_classes', 'ditto', 'ditto_code', 'dirichlet')
 STACKOVERFLOW_TASKS = ('word', 'tag')
 STACKOVERFLOW_VOCAB_SOURCES = ('auto', 'count_files', 'clients')
 CNNS = ('fedavg', 'ditto')

@@ -1,8 +1,9 @@
 """Synthetic federated partitions of a centralized labelled dataset.
 
-Pure NumPy. Every partition takes the labels of the pooled dataset and returns
-one sorted array of example indices per client; no example is given to two
-clients, and the same `seed` gives the same partition.
+Pure NumPy. Every partition but `ditto_code` takes the labels of the pooled
+dataset and returns one sorted array of example indices per client; no
+example is given to two clients, and the same `seed` gives the same
+partition.
 
 * `k_classes`: every client holds exactly k classes in equal amounts, the
   pathological non-IID shards of McMahan et al. 2017 ("Communication-Efficient
@@ -13,11 +14,16 @@ clients, and the same `seed` gives the same partition.
   style of the FMNIST/MNIST set-ups of FedProx and Ditto (Li et al. 2020,
   "Federated Optimization in Heterogeneous Networks"; Li et al. 2021, "Ditto:
   Fair and Robust Federated Learning Through Personalization").
+* `ditto_code`: the devices Ditto's Fashion-MNIST data script builds
+  (overlapping windows of classes, log-normal sizes and class shares, train
+  and test examples from the dataset's own train and test sets); unlike the
+  others it may give an example to several devices, as that script does.
 * `dirichlet`: label skew with per-class client proportions drawn from
   Dirichlet(alpha) (Hsu et al. 2019, "Measuring the Effects of Non-Identical
   Data Distribution for Federated Visual Classification").
 
-`train_test_split` then splits one client's examples into its own train and
+`train_test_split` then splits one client's examples (all but `ditto_code`,
+which draws each device's test examples from the test set) into its own train and
 test sets, stratified by label.
 """
 
@@ -291,3 +297,71 @@ def train_test_split(
   test = np.sort(np.concatenate(test)) if test else np.array([], np.int64)
   train = np.setdiff1d(indices, test)
   return train, test.astype(indices.dtype)
+
+
+DITTO_CODE_SEED = 233  # The fixed seed of Ditto's data script: one partition for every run.
+
+
+def ditto_code(
+    train_labels: np.ndarray,
+    test_labels: np.ndarray,
+    num_clients: int = 500,
+    classes_per_client: int = 5,
+    num_classes: int = 10,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """Devices as Ditto's Fashion-MNIST script builds them (`data/fmnist/create_dataset.py`
+  of Li et al. 2021's code, 500 devices of 5 classes).
+
+  Device u holds classes (u + j) mod C for j < k: overlapping windows, so
+  neighbouring devices share k - 1 classes. Its size is
+  n_u = N * s_u / sum(s), s_u = 10 + LogNormal(3, 1), N the train set's size;
+  its class shares p_j are k LogNormal(1, 1) draws normalized to 1. From its
+  j-th class it takes floor(p_j n_u) + 1 train and floor(p_j n_u / 6) + 1
+  test examples: the next ones of that class in the dataset's order, starting
+  over at the class's first example when the class has too few left (so an
+  example can sit on several devices, as in the script). The draws are
+  `numpy.random.RandomState(233)`'s in the script's order: with the
+  dataset's own files this gives the script's devices, whatever a run's seed.
+
+  Args:
+    train_labels: labels of the train set, in its order.
+    test_labels: labels of the test set, in its order.
+    num_clients: devices (the script: 500).
+    classes_per_client: classes per device (the script: 5).
+    num_classes: classes of the dataset.
+
+  Returns:
+    (train index arrays into `train_labels`, test index arrays into
+    `test_labels`), one sorted array a device each.
+  """
+  train_labels, test_labels = _check_labels(train_labels), _check_labels(test_labels)
+  _check_clients(num_clients, classes_per_client, num_classes)
+  train_pools = [np.flatnonzero(train_labels == c) for c in range(num_classes)]
+  test_pools = [np.flatnonzero(test_labels == c) for c in range(num_classes)]
+  rng = np.random.RandomState(DITTO_CODE_SEED)
+  sizes = rng.lognormal(3, 1, num_clients) + 10
+  sizes = len(train_labels) * sizes / sizes.sum()
+  train_next, test_next = np.zeros(num_classes, np.int64), np.zeros(num_classes, np.int64)
+  train_parts, test_parts = [], []
+  for device in range(num_clients):
+    shares = rng.lognormal(1, 1, classes_per_client)
+    shares = shares / shares.sum()
+    train, test = [], []
+    for j in range(classes_per_client):
+      c = (device + j) % num_classes
+      train.append(_take_next(train_pools[c], train_next, c, int(shares[j] * sizes[device]) + 1))
+      test.append(_take_next(test_pools[c], test_next, c, int(shares[j] * sizes[device] / 6) + 1))
+    train_parts.append(np.sort(np.concatenate(train)))
+    test_parts.append(np.sort(np.concatenate(test)))
+  return train_parts, test_parts
+
+
+def _take_next(pool: np.ndarray, cursors: np.ndarray, c: int, count: int) -> np.ndarray:
+  """The next `count` examples of class c's `pool`, from its start if too few are left."""
+  if count > len(pool):
+    raise ValueError(f'Class {c} has {len(pool)} examples; a device needs {count} of it.')
+  if cursors[c] + count > len(pool):
+    cursors[c] = 0
+  taken = pool[cursors[c]:cursors[c] + count]
+  cursors[c] += count
+  return taken
