@@ -195,16 +195,7 @@ def main(argv):
     for seed in seeds:
       cells.append((run, run.name_for_seed(seed, flagfile_seed), seed, total_rounds, flagfile_seed))
   summary_path = lambda name: os.path.join(_root(), name, 'summary.json')
-  stale = {}  # name -> how its finished run differs from its flagfile
-  for run, name, seed, total_rounds, _ in cells:
-    summary = results_table.read_summary(summary_path(name), total_rounds)
-    if summary is not None and 'run_config' in summary:
-      differences = results_table.stale_settings(
-          _flagfile_values(run.flagfile), summary['run_config'], seed
-      )
-      if differences:
-        stale[name] = differences
-  codes = {}
+  codes = {}  # A stale run (below) has its summary: it is not run over.
   if RUN.value:
     codes = _run_all([
         (run, name, seed) for run, name, seed, total_rounds, _ in cells
@@ -213,14 +204,17 @@ def main(argv):
   per_seed, privacy, finished = collections.defaultdict(list), [], {}
   for run, name, seed, total_rounds, flagfile_seed in cells:
     summary = results_table.read_summary(summary_path(name), total_rounds)
-    if name in stale:
+    stale = summary is not None and results_table.stale_settings(
+        _flagfile_values(run.flagfile), summary.get('run_config', {}), seed
+    )
+    if stale:
       print(
           f'run_table.py: {summary_path(name)} was run with other settings than'
-          f' {run.flagfile} (flagfile vs run: {", ".join(stale[name])}); left out of the'
+          f' {run.flagfile} (flagfile vs run: {", ".join(stale)}); left out of the'
           ' table: remove its directory to run it again.',
           file=sys.stderr,
       )
-      per_seed[(run.setting, run.column)].append(f'stale: {"; ".join(stale[name])}')
+      per_seed[(run.setting, run.column)].append(f'stale: {"; ".join(stale)}')
       continue
     if summary is None:
       if name in codes:
