@@ -21,6 +21,11 @@ flagfile's, kept from before the flagfile changed, is left out of the table
 with a note and not run over; so a table whose finished runs are kept in the
 repository (results/README.md) stays the table of its flagfiles.
 
+A Local run under an attack whose flags differ from the clean row's Local
+run only in the attack is not run: Local shares nothing, so its cell is the
+clean run's last evaluation over the clients benign under that attack
+(`results_table.clean_twin`), one Local run for every row of a seed.
+
 Runs go one after the other, or --parallel at once on this machine, or one
 per TFF worker of --workers at once (`bin/worker.py`; each run gets
 `--workers=<that worker>` and its program stays here, docs/guide/remote_workers.md).
@@ -187,30 +192,43 @@ def main(argv):
   if not runs:
     sys.exit('run_table.py: error: --settings/--columns select no flagfile')
   seeds = _seeds()
-  cells = []  # (run, name, seed, total_rounds, the flagfile's seed)
+  twins = {}  # An attacked Local run -> the clean run it is read from.
+  if REPORT.value == 'accuracy':
+    all_runs = results_table.find_runs(CONFIGS_DIR.value, TASK.value)
+    for run in runs:
+      twin = results_table.clean_twin(
+          run, _flagfile_values(run.flagfile), all_runs,
+          lambda other: _flagfile_values(other.flagfile),
+      )
+      if twin:
+        twins[run] = twin
+  cells = []  # (run, name, seed, total_rounds, the flagfile's seed, the run it is read from)
   for run in runs:
-    total_rounds = int(_flag_value(run.flagfile, 'total_rounds'))
-    flagfile_seed = _flag_value(run.flagfile, 'seed')
+    source = twins.get(run, run)
+    total_rounds = int(_flag_value(source.flagfile, 'total_rounds'))
+    flagfile_seed = _flag_value(source.flagfile, 'seed')
     flagfile_seed = int(flagfile_seed) if flagfile_seed is not None else None
     for seed in seeds:
-      cells.append((run, run.name_for_seed(seed, flagfile_seed), seed, total_rounds, flagfile_seed))
+      name = source.name_for_seed(seed, flagfile_seed)
+      cells.append((run, name, seed, total_rounds, flagfile_seed, source))
   summary_path = lambda name: os.path.join(_root(), name, 'summary.json')
   codes = {}  # A stale run (below) has its summary: it is not run over.
   if RUN.value:
-    codes = _run_all([
-        (run, name, seed) for run, name, seed, total_rounds, _ in cells
+    jobs = {
+        name: (source, name, seed) for _, name, seed, total_rounds, _, source in cells
         if results_table.read_summary(summary_path(name), total_rounds) is None
-    ])
-  per_seed, privacy, finished = collections.defaultdict(list), [], {}
-  for run, name, seed, total_rounds, flagfile_seed in cells:
+    }
+    codes = _run_all(list(jobs.values()))
+  per_seed, privacy, finished, read_from_clean = collections.defaultdict(list), [], {}, []
+  for run, name, seed, total_rounds, flagfile_seed, source in cells:
     summary = results_table.read_summary(summary_path(name), total_rounds)
     stale = summary is not None and results_table.stale_settings(
-        _flagfile_values(run.flagfile), summary.get('run_config', {}), seed
+        _flagfile_values(source.flagfile), summary.get('run_config', {}), seed
     )
     if stale:
       print(
           f'run_table.py: {summary_path(name)} was run with other settings than'
-          f' {run.flagfile} (flagfile vs run: {", ".join(stale)}); left out of the'
+          f' {source.flagfile} (flagfile vs run: {", ".join(stale)}); left out of the'
           ' table: remove its directory to run it again.',
           file=sys.stderr,
       )
@@ -227,6 +245,18 @@ def main(argv):
         os.path.join(_root(), name)
     )
     if REPORT.value == 'nfl':
+      continue
+    if source is not run:
+      fraction = float(_flag_value(run.flagfile, 'attack_fraction') or 0)
+      try:
+        cell = results_table.benign_cell_of_clean_run(
+            os.path.join(_root(), name), summary, fraction
+        )
+      except (OSError, ValueError, KeyError) as e:
+        per_seed[(run.setting, run.column)].append(f'not read from {name}: {e}'[:100])
+        continue
+      per_seed[(run.setting, run.column)].append(cell)
+      read_from_clean.append(run.name)
       continue
     for column, cell in results_table.cells_of_summary(run.column, summary).items():
       per_seed[(run.setting, column)].append(cell)
@@ -259,7 +289,7 @@ def main(argv):
       '',
       results_table.markdown(results, settings, columns),
       '',
-  ] + privacy + [
+  ] + privacy + _read_from_clean_note(read_from_clean) + [
       f'- [{"x" if passed else " "}] {text}'
       for text, passed in results_table.ditto_shape_checks(results)
   ]
@@ -270,6 +300,15 @@ def main(argv):
   png = table_plot.write(_root(), results, settings, columns, lines[0])
   if png:
     print(f'wrote {png}', file=sys.stderr)
+
+
+def _read_from_clean_note(names: list[str]) -> list[str]:
+  if not names:
+    return []
+  return [
+      f'- Read from the clean run (Local shares nothing; its clients benign under the'
+      f' attack): {", ".join(sorted(set(names)))}.'
+  ]
 
 
 def _output(text: str, csv_fields: tuple[str, ...], csv_rows: list[dict]) -> None:

@@ -5,9 +5,11 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.bin import binaries
+from tff_personal.attacks import roles
 from tff_personal.reports import nfl_table
 from tff_personal.reports import results_table
 from tff_personal.reports import table_files
@@ -144,3 +146,55 @@ def test_a_run_with_other_settings_than_its_flagfile_is_left_out(tmp_path):
   assert '| clean | stale: --client_learning_rate=0.1 vs 0.3 |' in result.stdout
   assert 'remove its directory to run it again' in result.stderr
   assert 'running' not in result.stderr
+
+
+def test_attacked_local_cells_are_read_from_the_clean_local_run(tmp_path):
+  """No Local run under an attack: its cell is the clean run's benign clients."""
+  configs, root = tmp_path / 'configs', tmp_path / 'out'
+  configs.mkdir()
+  (configs / 'base.flags').write_text('--task=no_such_task\n--total_rounds=2\n--seed=0\n')
+  for setting, attack in (('clean', '--attack=none'),
+                          ('a1_50', '--attack=label_poison\n--attack_fraction=0.5')):
+    (configs / f'fmnist__{setting}__local.flags').write_text(
+        f'--flagfile={configs}/base.flags\n{attack}\n--algorithm=local\n'
+        f'--experiment_name=fmnist__{setting}__local\n'
+    )
+  clients = [f'c{i}' for i in range(4)]
+  run_dir = root / 'fmnist__clean__local'
+  run_dir.mkdir(parents=True)
+  (run_dir / 'eval_per_client.csv').write_text(
+      'round,client_id,acc,num_examples,adversary\n'
+      + ''.join(f'2,{c},{0.2 * (i + 1)},5,0\n' for i, c in enumerate(clients))
+  )
+  run_config = {'total_rounds': 2, 'seed': 0, 'task': 'no_such_task', 'population': 0,
+                'eval_clients': 0, 'attack': 'none', 'algorithm': 'local'}
+  (run_dir / 'summary.json').write_text(json.dumps({
+      'final_eval': {'eval/accuracy_mean': 0.5, 'eval/accuracy_std': 0.2236,
+                     'eval/accuracy_worst10_mean': 0.2},
+      'rounds_completed': 2, 'num_clients': 4, 'accuracy_metric': 'acc',
+      'run_config': run_config,
+  }))
+  result = subprocess.run(
+      [sys.executable, SCRIPT, f'--configs_dir={configs}', '--task=fmnist',
+       f'--root_output_dir={root}'],
+      cwd=binaries.REPO_ROOT, capture_output=True, text=True, check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  assert 'running' not in result.stderr  # The clean run is done; nothing else runs.
+  benign = [0.2 * (i + 1) for i, c in enumerate(clients)
+            if c not in roles.choose_adversaries(clients, 0.5, seed=0)]
+  cell = results_table.Cell(float(np.mean(benign)), float(np.std(benign)), min(benign))
+  assert f'| A1 label poisoning, 50% | {cell} |' in result.stdout
+  assert 'Read from the clean run' in result.stdout and 'fmnist__a1_50__local' in result.stdout
+  # Without the clean run, the clean run is what runs (here it fails at once).
+  (run_dir / 'summary.json').unlink()
+  result = subprocess.run(
+      [sys.executable, SCRIPT, f'--configs_dir={configs}', '--task=fmnist',
+       f'--root_output_dir={root}', '--settings=a1_50'],
+      cwd=binaries.REPO_ROOT, capture_output=True, text=True, check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  assert [line.split()[1] for line in result.stderr.splitlines() if line.startswith('running')] == [
+      'fmnist__clean__local'
+  ]
+  assert '| A1 label poisoning, 50% | failed (exit 2)' in result.stdout

@@ -13,6 +13,7 @@ import tensorflow_federated as tff
 
 from tests import test_utils
 from tff_personal.algorithms import registry as algorithm_registry
+from tff_personal.attacks import roles
 from tff_personal.personal import personal_states
 from tff_personal.personal import process as process_lib
 from tff_personal.personal import store as store_lib
@@ -322,12 +323,14 @@ def _final_eval_rows(root, name):
   return {r['client_id']: r for r in rows if int(r['round']) == last}
 
 
-def test_update_attacks_leave_local_clients_untouched(tmp_path):
-  """Local sends nothing: its adversaries only leave the benign metrics."""
+@pytest.mark.parametrize('attack', roles.ATTACK_NAMES[1:])
+def test_attacks_leave_local_benign_clients_as_in_the_clean_run(attack, tmp_path):
+  """Local shares nothing: under any attack its benign clients end exactly as
+  in the clean run (so `results_table.clean_twin` reads their cells from it);
+  label poisoning changes only the adversaries' own models."""
   train('local', tmp_path, 'clean', total_rounds=2)
   config = training_loop.TrainingConfig(
-      **{**CONFIG.__dict__, 'total_rounds': 2, 'attack': 'model_replacement',
-         'attack_fraction': 0.34}
+      **{**CONFIG.__dict__, 'total_rounds': 2, 'attack': attack, 'attack_fraction': 0.34}
   )
   attacked = training_loop.run_training(
       TASK, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), 'attacked'),
@@ -336,9 +339,13 @@ def test_update_attacks_leave_local_clients_untouched(tmp_path):
   assert attacked['num_adversaries'] == 2
   clean_rows = _final_eval_rows(tmp_path, 'clean')
   attacked_rows = _final_eval_rows(tmp_path, 'attacked')
-  assert {c: r['loss'] for c, r in clean_rows.items()} == {
-      c: r['loss'] for c, r in attacked_rows.items()
+  adversaries = roles.choose_adversaries(sorted(TASK.client_ids), 0.34, seed=CONFIG.seed)
+  assert {c for c, r in attacked_rows.items() if r['adversary'] == '1'} == adversaries
+  assert {c: r['loss'] for c, r in clean_rows.items() if c not in adversaries} == {
+      c: r['loss'] for c, r in attacked_rows.items() if c not in adversaries
   }
+  changed = {c for c in adversaries if clean_rows[c]['loss'] != attacked_rows[c]['loss']}
+  assert bool(changed) == (attack == 'label_poison')  # Poisoned adversaries that trained.
   benign = [float(r['loss']) for r in attacked_rows.values() if r['adversary'] == '0']
   assert len(benign) == attacked['final_eval']['eval/num_clients'] == 4
   assert attacked['final_eval']['eval/loss_mean'] == pytest.approx(np.mean(benign))

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from tff_personal.attacks import roles
 from tff_personal.reports import results_table
 
 
@@ -137,3 +138,51 @@ def test_seeds_keep_the_flagfile_seed_name_and_average_cells():
       ('clean: Ditto 0.5000 >= FedAvg 0.6000', False),
       ('clean: Ditto 0.5000 >= the best baseline, FedAvg 0.6000', False),
   ]
+
+
+def _local_flags(**extra):
+  values = {'flagfile': 'configs/t/fmnist.flags', 'algorithm': 'local', 'seed': '0'}
+  return {**values, **extra}
+
+
+def test_an_attacked_local_run_is_read_from_the_clean_run_of_the_same_flags():
+  runs = [results_table.Run(f'{s}__{c}.flags', 'fmnist', s, c)
+          for s in ('clean', 'a1_50') for c in ('local', 'ditto')]
+  values = {
+      runs[0]: _local_flags(attack='none', experiment_name='fmnist__clean__local'),
+      runs[2]: _local_flags(attack='label_poison', attack_fraction='0.5',
+                            experiment_name='fmnist__a1_50__local'),
+  }
+  twin = lambda run, flags: results_table.clean_twin(run, flags, runs, values.get)
+  assert twin(runs[2], values[runs[2]]) == runs[0]
+  # Any other difference, a clean run, or an algorithm that shares a model: no twin.
+  assert twin(runs[2], {**values[runs[2]], 'client_learning_rate': '0.1'}) is None
+  assert twin(runs[0], values[runs[0]]) is None
+  assert twin(runs[3], {**values[runs[2]], 'algorithm': 'ditto'}) is None
+
+
+def test_the_benign_cell_of_a_clean_run_leaves_out_the_attacks_adversaries(tmp_path):
+  clients = [f'client_{i}' for i in range(5)]
+  accuracy = {c: 0.1 * (i + 1) for i, c in enumerate(clients)}
+  lines = ['round,client_id,acc,num_examples,adversary']
+  lines += [f'1,{c},0.0,3,0' for c in clients]  # An earlier evaluation.
+  lines += [f'2,{c},{accuracy[c]},3,0' for c in reversed(clients)]
+  (tmp_path / 'eval_per_client.csv').write_text('\n'.join(lines) + '\n')
+  summary = {'rounds_completed': 2, 'num_clients': 5, 'accuracy_metric': 'acc',
+             'run_config': {'seed': 3, 'population': 0, 'eval_clients': 0}}
+  cell = results_table.benign_cell_of_clean_run(str(tmp_path), summary, 0.4)
+  adversaries = roles.choose_adversaries(clients, 0.4, seed=3)
+  benign = [accuracy[c] for c in clients if c not in adversaries]
+  assert len(benign) == 3
+  assert (cell.mean, cell.std, cell.worst10) == pytest.approx(
+      (np.mean(benign), np.std(benign), min(benign))
+  )
+  assert results_table.benign_cell_of_clean_run(str(tmp_path), summary, 0.0).mean == (
+      pytest.approx(0.3)
+  )
+  with pytest.raises(ValueError, match='subset'):
+    results_table.benign_cell_of_clean_run(
+        str(tmp_path), {**summary, 'run_config': {'seed': 3, 'eval_clients': 4}}, 0.4
+    )
+  with pytest.raises(ValueError, match='every client at its last round'):
+    results_table.benign_cell_of_clean_run(str(tmp_path), {**summary, 'num_clients': 6}, 0.4)

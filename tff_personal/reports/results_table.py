@@ -14,10 +14,15 @@ mean over seeds of the benign means with the half-width of its 95%
 Student-t interval over seeds, the mean worst-10% mean, and each seed's
 benign mean.
 
+Local shares nothing, so an attack reaches none of its benign clients: a
+Local cell under an attack is read from the clean Local run of the same flags
+(`clean_twin`, `benign_cell_of_clean_run`), one run for every row.
+
 No TensorFlow here: the runner only starts `bin/train.py` processes and reads
-their `summary.json`.
+their `summary.json` (and a clean Local run's `eval_per_client.csv`).
 """
 
+import csv
 import dataclasses
 import json
 import math
@@ -26,6 +31,9 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 from scipy import stats
+
+from tff_personal.attacks import roles
+from tff_personal.evaluation import summary as summary_lib
 
 # Known settings and columns, in table order, with their printed names.
 SETTINGS = {
@@ -253,6 +261,68 @@ def _same_setting(flag_value: str, setting: Any) -> bool:
   if setting is None:
     return flag_value in ('', 'None')
   return flag_value == str(setting)
+
+
+# Flags that say only who attacks and how, and where the run is written.
+_ATTACK_FLAGS = frozenset({'attack', 'attack_fraction', 'attack_boost', 'experiment_name'})
+
+
+def clean_twin(
+    run: Run, flag_values: Mapping[str, str], runs: Sequence[Run],
+    values_of: Any,
+) -> Optional[Run]:
+  """The clean run whose benign clients are `run`'s, or None.
+
+  That is the run of the same column in the `clean` row when `run` is a Local
+  run (`--algorithm=local`) under an attack and its flags differ from that
+  run's only in the attack (`_ATTACK_FLAGS`). Local shares nothing: an attack
+  changes its adversaries' own data and updates nobody aggregates, and no
+  client's sampling or batches depend on it, so its benign clients end
+  exactly as in the clean run (tests/program/training_loop_test.py checks
+  every attack). `values_of(run)`: a run's flagfile values.
+  """
+  if flag_values.get('algorithm') != 'local' or flag_values.get('attack', 'none') == 'none':
+    return None
+  for other in runs:
+    if other.task != run.task or other.column != run.column or other.setting != 'clean':
+      continue
+    clean = values_of(other)
+    if clean.get('attack', 'none') != 'none':
+      return None
+    strip = lambda values: {k: v for k, v in values.items() if k not in _ATTACK_FLAGS}
+    return other if strip(clean) == strip(flag_values) else None
+  return None
+
+
+def benign_cell_of_clean_run(
+    run_dir: str, summary: Mapping[str, Any], attack_fraction: float
+) -> Cell:
+  """The cell of the clients that are benign under `attack_fraction`, read
+  from a clean run's last evaluation (`eval_per_client.csv` in `run_dir`).
+
+  The adversaries are those the attacked run would choose
+  (`roles.choose_adversaries` over the sorted clients with the run's seed),
+  so the run must have trained and evaluated every client (no
+  --population or --eval_clients subset); else ValueError.
+  """
+  run_config = summary.get('run_config', {})
+  if run_config.get('population') or run_config.get('eval_clients'):
+    raise ValueError(f'{run_dir} trained or evaluated a subset of the clients')
+  with open(os.path.join(run_dir, 'eval_per_client.csv'), newline='') as f:
+    rows = list(csv.DictReader(f))
+  last = max(int(r['round']) for r in rows)
+  rows = [r for r in rows if int(r['round']) == last]
+  if last != summary['rounds_completed'] or len(rows) != summary['num_clients']:
+    raise ValueError(f'{run_dir}: its last evaluation is not of every client at its last round')
+  adversaries = roles.choose_adversaries(
+      sorted(r['client_id'] for r in rows), attack_fraction, seed=int(run_config['seed'])
+  )
+  accuracies = [
+      float(r[summary['accuracy_metric']]) for r in rows
+      if r['client_id'] not in adversaries and int(r['num_examples']) > 0
+  ]
+  cell = summary_lib.summarize(accuracies, 'accuracy')
+  return Cell(cell['accuracy_mean'], cell['accuracy_std'], cell['accuracy_worst10_mean'])
 
 
 def markdown(
