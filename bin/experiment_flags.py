@@ -114,6 +114,18 @@ ATTACK_BOOST = flags.DEFINE_float(
     'model_replacement: factor of the update; default: --clients_per_round.',
     lower_bound=0.0,
 )
+ATTACK_POISON_LABELS = flags.DEFINE_bool(
+    'attack_poison_labels', False,
+    'random_update, model_replacement: the adversaries train on uniformly random'
+    ' labels, so the update they replace with noise or boost is a poisoned one'
+    " (Ditto's code does so under every attack); default: their honest update.",
+)
+flags.register_multi_flags_validator(
+    ['attack_poison_labels', 'attack'],
+    lambda values: not values['attack_poison_labels'] or values['attack'] in attack_roles.UPDATE_ATTACKS,
+    message='--attack_poison_labels applies to --attack=random_update or model_replacement'
+    ' (label_poison poisons the labels already).',
+)
 
 # User-level differential privacy (McMahan et al. 2018), aggregators/dp.py.
 DP_CLIP_NORM = flags.DEFINE_float(
@@ -386,7 +398,8 @@ _RUN_FLAGS = (
     *(holder for by_field in ALGORITHM_FLAGS.values() for holder in by_field.values()),
     AGGREGATOR, AGGREGATOR_NUM_ADVERSARIES, AGGREGATOR_TRIM_FRACTION,
     AGGREGATOR_NUM_SELECTED, AGGREGATOR_K, AGGREGATOR_CLIP_NORM,
-    AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST, DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
+    AGGREGATOR_TARGET_QUANTILE, ATTACK, ATTACK_FRACTION, ATTACK_BOOST, ATTACK_POISON_LABELS,
+    DP_CLIP_NORM, DP_ADAPTIVE_CLIPPING, DP_INITIAL_CLIP_NORM,
     DP_TARGET_QUANTILE, DP_NOISE_MULTIPLIER, DP_TARGET_EPSILON, DP_NOISE_SEED, DP_DELTA,
     NFL_DETECTION,
     NFL_WARMUP_ROUNDS, NFL_WINDOW, NFL_THRESHOLD, NFL_COHORT_CORRECTION, NFL_FLAG_WHEN_BLIND,
@@ -513,6 +526,7 @@ def training_config(dp: Optional[DpSettings] = None):
       seed=SEED.value,
       attack=ATTACK.value,
       attack_fraction=ATTACK_FRACTION.value,
+      attack_poison_labels=ATTACK_POISON_LABELS.value,
       dp_noise_multiplier=dp.noise_multiplier if dp else None,
       dp_delta=dp.delta if dp else None,
       dp_with_detector=bool(dp) and NFL_DETECTION.value,

@@ -18,6 +18,11 @@ lambda = 1 and 2 personal steps, for 5,000 rounds. The two folders:
 One flagfile per (setting, column): `fmnist__<setting>__<column>.flags`, run
 by `bin/run_table.py --configs_dir=<folder> --task=fmnist`.
 
+Under A2 and A3 the adversaries also train on random labels
+(`--attack_poison_labels`): Ditto's code gives its corrupted devices random
+labels under every attack, so the update an A2 adversary replaces with noise
+of its spread, or an A3 adversary boosts, is a poisoned one.
+
 The robust aggregators assume, as Ditto's code does, the expected number of
 adversaries in a round, int(10 * fraction); Krum and multi-Krum need
 10 > 2 f + 2, so f is capped at 3 (Ditto's code does not check).
@@ -114,6 +119,8 @@ def files() -> dict[str, str]:
                  f'--flagfile=configs/{folder}/fmnist.flags', f'--attack={attack}']
         if fraction:
           lines.append(f'--attack_fraction={fraction}')
+        if attack in ('random_update', 'model_replacement'):
+          lines.append('--attack_poison_labels=true')
         lines += column_flags(column, fraction, num_devices) + [f'--experiment_name={name}']
         written[f'{folder}/{name}.flags'] = '\n'.join(lines) + '\n'
   return written

@@ -68,6 +68,8 @@ def one_line_error(capsys, excinfo):
         (['--aggregator=bulyan'], '--aggregator=bulyan: value should be one of <mean\\|median'),
         (['--attack_fraction=1.0'], r'--attack_fraction must be in \[0, 1\)'),
         (['--attack=backdoor'], '--attack=backdoor: value should be one of <none'),
+        (['--attack=label_poison', '--attack_poison_labels'],
+         '--attack_poison_labels applies to --attack=random_update or model_replacement'),
         (['--finetune_epochs=-1'], '--finetune_epochs=-1'),
         (['--dp_noise_multiplier=-1'], '--dp_noise_multiplier=-1'),
         (['--dp_clip_norm=0'], '--dp_clip_norm must be > 0'),

@@ -351,6 +351,33 @@ def test_attacks_leave_local_benign_clients_as_in_the_clean_run(attack, tmp_path
   assert attacked['final_eval']['eval/loss_mean'] == pytest.approx(np.mean(benign))
 
 
+def test_update_attacks_can_train_their_adversaries_on_poisoned_labels(tmp_path):
+  """With attack_poison_labels an A3 adversary trains as an A1 adversary does
+  (Local sends nothing, so its models show the training alone)."""
+  runs = {}
+  for name, attack, poison in (('a1', 'label_poison', False),
+                               ('a3_poisoned', 'model_replacement', True)):
+    config = training_loop.TrainingConfig(
+        **{**CONFIG.__dict__, 'total_rounds': 2, 'attack': attack, 'attack_fraction': 0.34,
+           'attack_poison_labels': poison}
+    )
+    training_loop.run_training(
+        TASK, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), name),
+        run_config={},
+    )
+    runs[name] = {c: r['loss'] for c, r in _final_eval_rows(tmp_path, name).items()}
+  assert runs['a3_poisoned'] == runs['a1']
+  config = training_loop.TrainingConfig(
+      **{**CONFIG.__dict__, 'attack': 'label_poison', 'attack_fraction': 0.34,
+         'attack_poison_labels': True}
+  )
+  with pytest.raises(ValueError, match='attack_poison_labels applies to the update attacks'):
+    training_loop.run_training(
+        TASK, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), 'bad'),
+        run_config={},
+    )
+
+
 @pytest.mark.parametrize('algorithm', ['fedavg', 'ditto'])
 def test_finetuning_reports_the_trained_model_and_its_finetuned_copy(algorithm, tmp_path):
   plain = train(algorithm, tmp_path, 'plain', total_rounds=2)

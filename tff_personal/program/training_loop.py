@@ -71,6 +71,11 @@ class TrainingConfig:
     attack: one of `attacks.roles.ATTACK_NAMES`.
     attack_fraction: share of the population that is malicious (chosen once
       per run with the seed).
+    attack_poison_labels: the adversaries of an update attack (A2, A3) train
+      on uniformly random labels, so the update they replace with noise or
+      boost is a poisoned one, as in Ditto's code (its corrupted devices train
+      on random labels under every attack, `flearn/trainers_MTL/ditto.py`);
+      False: they attack their honest update.
     finetune_epochs: epochs of SGD on a client's own training data before it
       is evaluated (the fine-tuning baseline); 0: none.
     finetune_learning_rate: the fine-tuning SGD's learning rate.
@@ -96,6 +101,7 @@ class TrainingConfig:
   seed: int = 0
   attack: str = 'none'
   attack_fraction: float = 0.0
+  attack_poison_labels: bool = False
   finetune_epochs: int = 0
   finetune_learning_rate: float = 0.0
   dp_noise_multiplier: Optional[float] = None
@@ -303,6 +309,12 @@ class _Threat:
   def __init__(self, task, process, config: TrainingConfig, population):
     self._attack = config.attack
     self.adversaries = frozenset()
+    if config.attack_poison_labels and config.attack not in roles.UPDATE_ATTACKS:
+      raise ValueError(
+          f'attack_poison_labels applies to the update attacks ({", ".join(roles.UPDATE_ATTACKS)});'
+          f' the attack is {config.attack}.'
+      )
+    self._poisons_labels = config.attack == 'label_poison' or config.attack_poison_labels
     if config.attack == 'none':
       return
     if (
@@ -314,13 +326,13 @@ class _Threat:
     self.adversaries = roles.choose_adversaries(
         population, config.attack_fraction, seed=config.seed
     )
-    if config.attack == 'label_poison':
+    if self._poisons_labels:
       with tf.Graph().as_default():
         self._num_classes = int(task.model.build().output_shape[-1])
 
   def training_data(self, client_id, dataset, seed):
-    """The client's training data: poisoned if it is a label-poisoning adversary."""
-    if client_id in self.adversaries and self._attack == 'label_poison':
+    """The client's training data: poisoned if it is an adversary that poisons labels."""
+    if client_id in self.adversaries and self._poisons_labels:
       return label_poison.poison_labels(dataset, self._num_classes, seed)
     return dataset
 

@@ -264,7 +264,9 @@ def _same_setting(flag_value: str, setting: Any) -> bool:
 
 
 # Flags that say only who attacks and how, and where the run is written.
-_ATTACK_FLAGS = frozenset({'attack', 'attack_fraction', 'attack_boost', 'experiment_name'})
+_ATTACK_FLAGS = frozenset(
+    {'attack', 'attack_fraction', 'attack_boost', 'attack_poison_labels', 'experiment_name'}
+)
 
 
 def clean_twin(
