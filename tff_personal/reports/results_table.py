@@ -28,7 +28,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from scipy import stats
 
@@ -271,7 +271,7 @@ _ATTACK_FLAGS = frozenset(
 
 def clean_twin(
     run: Run, flag_values: Mapping[str, str], runs: Sequence[Run],
-    values_of: Any,
+    values_of: Callable[[Run], Mapping[str, str]],
 ) -> Optional[Run]:
   """The clean run whose benign clients are `run`'s, or None.
 
