@@ -236,6 +236,21 @@ ROUNDS_PER_EVAL = flags.DEFINE_integer(
 ROUNDS_PER_CHECKPOINT = flags.DEFINE_integer(
     'rounds_per_checkpoint', 5, 'Checkpoint every this many rounds.', lower_bound=1
 )
+ROUNDS_PER_CALL = flags.DEFINE_integer(
+    'rounds_per_call', 1,
+    'local, with every client in every round (--clients_per_round = the population):'
+    ' up to this many rounds in one TFF call, each client on its batches of those rounds'
+    ' in sequence; the same models, the per-call cost paid once (calls end at evaluation'
+    ' and checkpoint rounds). 1: a call a round.',
+    lower_bound=1,
+)
+flags.register_multi_flags_validator(
+    ['rounds_per_call', 'algorithm', 'nfl_detection'],
+    lambda values: values['rounds_per_call'] == 1
+    or (values['algorithm'] == 'local' and not values['nfl_detection']),
+    message='--rounds_per_call > 1 needs --algorithm=local without --nfl_detection (clients'
+    ' that train independently of each other and of the server).',
+)
 EVAL_CLIENTS = flags.DEFINE_integer(
     'eval_clients', 0, 'Clients evaluated (fixed seeded subset); 0 = all.', lower_bound=0
 )
@@ -387,11 +402,11 @@ def hparams():
 
 
 # The flags that define a run (a resumed run must agree on them, except the
-# cadence of evaluation and checkpoints and the number of rounds).
+# cadence of evaluation, checkpoints and calls, and the number of rounds).
 _RUN_FLAGS = (
     TASK, ALGORITHM, SEED, TOTAL_ROUNDS, POPULATION, CLIENTS_PER_ROUND, CLIENT_SAMPLING,
     CLIENT_EPOCHS, CLIENT_STEPS, CLIENT_BATCH_SIZE, CLIENT_LEARNING_RATE, SERVER_LEARNING_RATE,
-    ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, EVAL_CLIENTS, EVAL_BATCH_SIZE,
+    ROUNDS_PER_EVAL, ROUNDS_PER_CHECKPOINT, ROUNDS_PER_CALL, EVAL_CLIENTS, EVAL_BATCH_SIZE,
     CACHE_DIR, DATA_DIR, FEMNIST_PATH, PARTITION, NUM_CLIENTS,
     CLASSES_PER_CLIENT, DIRICHLET_ALPHA, TEST_FRACTION, STACKOVERFLOW_TASK,
     STACKOVERFLOW_VOCAB_SOURCE, SEQUENCE_LENGTH, CNN,
@@ -520,6 +535,7 @@ def training_config(dp: Optional[DpSettings] = None):
       client_batch_size=CLIENT_BATCH_SIZE.value,
       rounds_per_eval=ROUNDS_PER_EVAL.value,
       rounds_per_checkpoint=ROUNDS_PER_CHECKPOINT.value,
+      rounds_per_call=ROUNDS_PER_CALL.value,
       population=POPULATION.value,
       eval_clients=EVAL_CLIENTS.value,
       eval_batch_size=EVAL_BATCH_SIZE.value,
@@ -606,6 +622,7 @@ def exit_on_errors():
       UsageError,
       base.DataUnavailableError,
       training_loop.ResumeError,
+      training_loop.UnsupportedConfigError,
       checkpoints.CheckpointMismatchError,
       store.StoreMismatchError,
   ) as e:

@@ -9,6 +9,7 @@ from tests.algorithms import numpy_reference
 from tests.algorithms.fedavg_test import batches_dataset, client_batches, run_next
 from tff_personal.algorithms import common
 from tff_personal.algorithms import local
+from tff_personal.nfl import detector
 
 LEARNING_RATE = 0.1
 
@@ -140,8 +141,16 @@ def test_finetuned_evaluation_starts_from_each_clients_own_model(process):
     )
 
 
-def test_local_sends_no_update():
-  assert not local.build(
+def test_local_sends_no_update_and_its_clients_train_independently():
+  process = local.build(
       test_utils.tiny_model_spec(), local.Hparams(),
       common.Common(client_learning_rate=LEARNING_RATE),
-  ).sends_updates
+  )
+  assert not process.sends_updates
+  assert process.clients_train_independently  # Its rounds may run several a call.
+  # With the NFL detector the server state changes every round.
+  with_detector = local.build(
+      test_utils.tiny_model_spec(), local.Hparams(),
+      common.Common(client_learning_rate=LEARNING_RATE, nfl_detector=detector.DetectorConfig(1, 2, 0.0)),
+  )
+  assert not with_detector.clients_train_independently

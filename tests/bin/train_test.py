@@ -70,6 +70,10 @@ def one_line_error(capsys, excinfo):
         (['--attack=backdoor'], '--attack=backdoor: value should be one of <none'),
         (['--attack=label_poison', '--attack_poison_labels'],
          '--attack_poison_labels applies to --attack=random_update or model_replacement'),
+        (['--rounds_per_call=0'], '--rounds_per_call=0'),
+        (['--rounds_per_call=2'], '--rounds_per_call > 1 needs --algorithm=local without'),
+        (['--algorithm=local', '--nfl_detection', '--rounds_per_call=2'],
+         '--rounds_per_call > 1 needs --algorithm=local without --nfl_detection'),
         (['--finetune_epochs=-1'], '--finetune_epochs=-1'),
         (['--dp_noise_multiplier=-1'], '--dp_noise_multiplier=-1'),
         (['--dp_clip_norm=0'], '--dp_clip_norm must be > 0'),
@@ -97,6 +101,16 @@ def test_too_many_clients_per_round(capsys, cache_dir, tmp_path):
         '--clients_per_round=106', '--total_rounds=1',
     ])
   assert '--clients_per_round=106 exceeds the 105 clients of the run' in one_line_error(
+      capsys, excinfo)
+
+
+def test_rounds_per_call_with_a_subset_of_clients_a_round(capsys, cache_dir, tmp_path):
+  with pytest.raises(SystemExit) as excinfo:
+    run_main(SMALL_RUN + [
+        f'--cache_dir={cache_dir}', f'--root_output_dir={tmp_path}', '--algorithm=local',
+        '--rounds_per_call=5', '--total_rounds=1',
+    ])
+  assert 'needs every client to train every round: clients_per_round is' in one_line_error(
       capsys, excinfo)
 
 

@@ -378,6 +378,57 @@ def test_update_attacks_can_train_their_adversaries_on_poisoned_labels(tmp_path)
     )
 
 
+@pytest.mark.parametrize('attack', ['none', 'label_poison'])
+def test_local_rounds_in_one_call_train_as_round_by_round(attack, tmp_path):
+  """Every client in every round: calls of up to 3 rounds (cut at the
+  checkpoint round 4 and the evaluation round 6) give every client the
+  models of one call a round; a run stopped at round 4 resumes to the same."""
+  config = training_loop.TrainingConfig(**{
+      **CONFIG.__dict__, 'total_rounds': 7, 'clients_per_round': 6, 'rounds_per_eval': 6,
+      'rounds_per_checkpoint': 4, 'attack': attack,
+      'attack_fraction': 0.0 if attack == 'none' else 0.34,
+  })
+  runs = {}
+  for name, rounds_per_call, total_rounds in (
+      ('by_round', 1, 7), ('in_calls', 3, 7), ('resumed', 3, 4), ('resumed', 3, 7)):
+    training_loop.run_training(
+        TASK, process_for('local'),
+        dataclasses.replace(config, rounds_per_call=rounds_per_call, total_rounds=total_rounds),
+        outputs.ExperimentDir(str(tmp_path), name), run_config={'rounds_per_call': rounds_per_call},
+    )
+    rows = outputs.RoundCsv(outputs.ExperimentDir(str(tmp_path), name).eval_path).read()
+    runs[name] = [(r['round'], r['client_id'], r['loss'], r['sparse_categorical_accuracy'])
+                  for r in rows]
+  assert [r[0] for r in runs['by_round']] == ['6'] * 6 + ['7'] * 6
+  assert runs['in_calls'] == runs['by_round']
+  assert [r for r in runs['resumed'] if r[0] != '4'] == runs['by_round']
+  metrics = outputs.RoundCsv(outputs.ExperimentDir(str(tmp_path), 'in_calls').metrics_path).read()
+  assert [(r['round'], r['rounds_in_call']) for r in metrics] == [
+      ('3', '3'), ('4', '1'), ('6', '2'), ('7', '1')
+  ]
+  # A call trains every client on its batches of the call's rounds.
+  by_round = outputs.RoundCsv(outputs.ExperimentDir(str(tmp_path), 'by_round').metrics_path).read()
+  examples = [int(r['client_work/train/num_examples']) for r in by_round]
+  assert [int(r['client_work/train/num_examples']) for r in metrics] == [
+      sum(examples[:3]), examples[3], sum(examples[4:6]), examples[6]
+  ]
+
+
+def test_rounds_in_one_call_need_independent_clients_all_in_every_round(tmp_path):
+  config = dataclasses.replace(CONFIG, rounds_per_call=2)
+  with pytest.raises(training_loop.UnsupportedConfigError, match='train independently'):
+    training_loop.run_training(
+        TASK, process_for('fedavg'), dataclasses.replace(config, clients_per_round=6),
+        outputs.ExperimentDir(str(tmp_path), 'fedavg'), run_config={},
+    )
+  with pytest.raises(training_loop.UnsupportedConfigError,
+                     match='clients_per_round is 3, the population 6'):
+    training_loop.run_training(
+        TASK, process_for('local'), config, outputs.ExperimentDir(str(tmp_path), 'local'),
+        run_config={},
+    )
+
+
 @pytest.mark.parametrize('algorithm', ['fedavg', 'ditto'])
 def test_finetuning_reports_the_trained_model_and_its_finetuned_copy(algorithm, tmp_path):
   plain = train(algorithm, tmp_path, 'plain', total_rounds=2)

@@ -90,3 +90,32 @@ def test_task_datasets_are_the_pipeline_built_in_python(examples_in_memory):
   other = dataclasses.replace(task, name='other')
   assert other._builders == {}  # pylint: disable=protected-access
 
+
+
+@pytest.mark.parametrize('examples_in_memory', [False, True])
+@pytest.mark.parametrize('epochs, steps', [(1, 2), (2, 0)])
+def test_a_clients_rounds_in_one_dataset_are_its_rounds_batches_in_sequence(
+    examples_in_memory, epochs, steps
+):
+  """`train_dataset_of_rounds` = each round's `train_dataset`, cut to `steps`
+  batches and transformed with that round's seed, one after the other."""
+  from tests import test_utils  # pylint: disable=g-import-not-at-top
+  from tff_personal.attacks import label_poison  # pylint: disable=g-import-not-at-top
+
+  task = dataclasses.replace(test_utils.tiny_task(num_clients=3),
+                             examples_in_memory=examples_in_memory)
+  client, seeds = task.client_ids[1], [5, 2**40 + 1, 17]
+  poison = lambda data, seed: label_poison.poison_labels(data, 4, seed)
+  for transform in (lambda data, _: data, poison):
+    expected = []
+    for seed in seeds:
+      batches = task.train_dataset(client, epochs=epochs, batch_size=3, seed=seed)
+      expected += _batches(transform(batches.take(steps) if steps else batches, seed))
+    together = task.train_dataset_of_rounds(
+        client, epochs=epochs, batch_size=3, seeds=seeds, steps=steps, transform=transform
+    )
+    assert _batches(together) == expected
+  assert len(expected) == (3 * 2 if steps else len(expected))
+  unpoisoned = _batches(task.train_dataset_of_rounds(client, epochs=epochs, batch_size=3, seeds=seeds, steps=steps))
+  assert [b[0] for b in unpoisoned] == [b[0] for b in expected]  # Same inputs,
+  assert [b[1] for b in unpoisoned] != [b[1] for b in expected]  # other labels.

@@ -17,7 +17,7 @@ def poison_labels(dataset: tf.data.Dataset, num_classes: int, seed: int) -> tf.d
     if not y.dtype.is_integer:
       raise ValueError('Label poisoning needs integer class labels.')
     random_labels = tf.random.stateless_uniform(
-        tf.shape(y), seed=tf.stack([tf.constant(seed, tf.int64), index]),
+        tf.shape(y), seed=tf.stack([tf.cast(seed, tf.int64), index]),
         maxval=num_classes, dtype=tf.int64,
     )
     return x, tf.cast(random_labels, y.dtype)

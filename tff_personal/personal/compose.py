@@ -336,4 +336,9 @@ def compose_personalized_process(composition: Composition) -> process_lib.Person
       sends_updates=composition.sends_updates,
       split_round=split_round,
       takes_whole_client_data=work.takes_whole_client_data,
+      # No aggregation and no extension: the server state never changes.
+      clients_train_independently=(
+          composition.aggregator is None and not composition.extensions
+          and work.input_from is None
+      ),
   )

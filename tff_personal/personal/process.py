@@ -157,6 +157,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
       sends_updates: bool = True,
       split_round: Optional[SplitRound] = None,
       takes_whole_client_data: bool = False,
+      clients_train_independently: bool = False,
   ):
     """Builds the process from its computations.
 
@@ -179,6 +180,10 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
         round data (all its `--client_epochs`), of which the process itself
         trains on the first `--client_steps` batches (Ditto's lambda grid
         validates on the whole held-out tenth); False: the program truncates.
+      clients_train_independently: `next` returns the server state it was
+        given and a client's result depends on its own data and personal
+        state only (Local): a client's consecutive rounds may then run as one
+        `next` on their batches in sequence (`TrainingConfig.rounds_per_call`).
     """
     super().__init__(initialize_fn, next_fn)
     self._get_model_weights = get_model_weights
@@ -190,6 +195,7 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
     self._sends_updates = sends_updates
     self._split_round = split_round
     self._takes_whole_client_data = takes_whole_client_data
+    self._clients_train_independently = clients_train_independently
     parameter = next_fn.type_signature.parameter
     if len(parameter) != 3:
       raise TypeError(
@@ -235,6 +241,11 @@ class PersonalizedProcess(tff.templates.IterativeProcess):
   def takes_whole_client_data(self) -> bool:
     """Whether the program passes the whole round data, not --client_steps batches."""
     return self._takes_whole_client_data
+
+  @property
+  def clients_train_independently(self) -> bool:
+    """Whether a client's rounds depend on nothing but its own (Local)."""
+    return self._clients_train_independently
 
   @property
   def sends_updates(self) -> bool:

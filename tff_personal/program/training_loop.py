@@ -61,6 +61,13 @@ class TrainingConfig:
     client_batch_size: local batch size.
     rounds_per_eval: evaluate every this many rounds (and after the last).
     rounds_per_checkpoint: checkpoint every this many rounds (and at the end).
+    rounds_per_call: where every client trains every round and clients train
+      independently (Local), up to this many consecutive rounds run as one
+      call of `next` on each client's batches of those rounds in sequence:
+      the same SGD steps, so the same models, with TFF's per-call and
+      per-client costs paid once (calls end at evaluation and checkpoint
+      rounds; the call's metrics row is written at its last round). 1: a
+      call a round.
     population: train and evaluate only a fixed seeded subset of this many
       clients (quick experiments); 0 = every client of the task.
     eval_clients: number of clients evaluated (a fixed seeded subset of the
@@ -94,6 +101,7 @@ class TrainingConfig:
   client_batch_size: int = 20
   rounds_per_eval: int = 10
   rounds_per_checkpoint: int = 10
+  rounds_per_call: int = 1
   population: int = 0
   eval_clients: int = 0
   eval_batch_size: int = 64
@@ -111,6 +119,10 @@ class TrainingConfig:
 
 class ResumeError(Exception):
   """The output directory holds a run this one cannot resume."""
+
+
+class UnsupportedConfigError(ValueError):
+  """The configuration asks for something this process or task cannot do."""
 
 
 class NonFiniteRoundError(Exception):
@@ -183,6 +195,7 @@ def run_training(
   experiment.make()
   _check_resumable(experiment, run_config, run_config_defaults or {})
   population, eval_population = populations(task, config)
+  rounds_per_call = _checked_rounds_per_call(process, config, population)
   client_index = {c: i for i, c in enumerate(population)}
   round_clients = _client_sampler(task, population, config)
   accuracy_name = task.model.metrics()[0].name
@@ -203,15 +216,25 @@ def run_training(
   central_key = _central_accuracy_key(process, keyed, config, accuracy_name)
   last_eval_summary = _last_eval_summary(metrics_csv)
   round_times = []
-  for round_num in range(start_round + 1, config.total_rounds + 1):
+  round_num = start_round
+  while round_num < config.total_rounds:
     context.raise_if_terminated()  # A signal whose SystemExit was swallowed.
     started = time.monotonic()
-    state, row = _train_round(
-        task, process, keyed.next, state, personal, round_clients, client_index, threat,
-        round_num, config,
-    )
+    first_round = round_num + 1
+    round_num = _last_round_of_call(first_round, config, rounds_per_call)
+    if rounds_per_call == 1:
+      state, row = _train_round(
+          task, process, keyed.next, state, personal, round_clients, client_index, threat,
+          round_num, config,
+      )
+    else:
+      state, row = _train_rounds_in_one_call(
+          task, process, keyed.next, state, personal, population, client_index, threat,
+          first_round, round_num, config,
+      )
     context.raise_if_terminated()
-    row['round_seconds'] = time.monotonic() - started
+    rounds_run = round_num - first_round + 1
+    row['round_seconds'] = (time.monotonic() - started) / rounds_run
     row.update(_privacy_metrics(config, len(population), round_num))
     if round_num % config.rounds_per_eval == 0 or round_num == config.total_rounds:
       eval_rows = _evaluate_clients(
@@ -230,7 +253,7 @@ def run_training(
           round_num, state, personal.fingerprint(round_num), elapsed
       ))
       personal.after_checkpoint(round_num)
-    round_times.append(time.monotonic() - started)
+    round_times.extend([(time.monotonic() - started) / rounds_run] * rounds_run)
     _log(
         progress_stream,
         _progress_line(round_num, config.total_rounds, round_times, row, accuracy_name),
@@ -338,12 +361,15 @@ class _Threat:
 
   def client_input(self, process, client_id, dataset, seed):
     """The client's `next` input: poisoned data and/or its attack role."""
-    role = roles.HONEST
-    if client_id in self.adversaries:
-      role = roles.update_role(self._attack)
+    return self.with_role(process, client_id, self.training_data(client_id, dataset, seed), seed)
+
+  def with_role(self, process, client_id, training_data, seed):
+    """The `next` input of the client's `training_data`: with its attack role
+    where the process takes roles."""
     if not process.takes_client_roles:
-      return self.training_data(client_id, dataset, seed)
-    return process.client_input(self.training_data(client_id, dataset, seed), role, seed)
+      return training_data
+    role = roles.update_role(self._attack) if client_id in self.adversaries else roles.HONEST
+    return process.client_input(training_data, role, seed)
 
 
 class _KeyedComputations:
@@ -447,6 +473,64 @@ def _train_round(
   return output.state, row
 
 
+def _checked_rounds_per_call(process, config: TrainingConfig, population) -> int:
+  """`config.rounds_per_call`, once checked that the run's rounds allow it."""
+  if config.rounds_per_call < 1:
+    raise UnsupportedConfigError(f'rounds_per_call must be >= 1, got {config.rounds_per_call}.')
+  if config.rounds_per_call == 1:
+    return 1
+  if not process.clients_train_independently:
+    raise UnsupportedConfigError(
+        'rounds_per_call > 1 needs clients that train independently of each other and of'
+        ' the server (--algorithm=local without --nfl_detection); run it with 1.'
+    )
+  if config.clients_per_round != len(population):
+    raise UnsupportedConfigError(
+        f'rounds_per_call > 1 needs every client to train every round: clients_per_round is'
+        f' {config.clients_per_round}, the population {len(population)}.'
+    )
+  return config.rounds_per_call
+
+
+def _last_round_of_call(first_round: int, config: TrainingConfig, rounds_per_call: int) -> int:
+  """The last round of the call starting at `first_round`: it ends by the
+  evaluation and checkpoint rounds, so they see the same state as round by round."""
+  last = min(first_round + rounds_per_call - 1, config.total_rounds)
+  for every in (config.rounds_per_eval, config.rounds_per_checkpoint):
+    last = min(last, -(-first_round // every) * every)  # The first multiple >= first_round.
+  return last
+
+
+def _train_rounds_in_one_call(
+    task, process, keyed_next, state, personal, population, client_index, threat,
+    first_round, last_round, config,
+):
+  """Rounds first..last as one `next`, every client on its batches of those
+  rounds in sequence (`TrainingConfig.rounds_per_call`); returns the state and
+  the call's metrics row (at `last_round`)."""
+  steps = 0 if process.takes_whole_client_data else config.client_steps
+  client_data = []
+  for c in population:
+    seeds = [
+        sampling.data_seed(config.seed, r, client_index[c])
+        for r in range(first_round, last_round + 1)
+    ]
+    dataset = task.train_dataset_of_rounds(
+        c, epochs=config.client_epochs, batch_size=config.client_batch_size, seeds=seeds,
+        steps=steps, transform=lambda data, seed, c=c: threat.training_data(c, data, seed),
+    )
+    client_data.append(threat.with_role(process, c, dataset, seeds[-1]))
+  personal_states = personal.read(
+      population, first_round, lambda: process.get_model_weights(state)
+  )
+  output = keyed_next(state, client_data, personal_states, [client_index[c] for c in population])
+  row = collections.OrderedDict(round=last_round, rounds_in_call=last_round - first_round + 1)
+  row.update(outputs.flatten_metrics(output.metrics))
+  _check_finite(last_round, row)
+  personal.write(last_round, population, output.personal_states)
+  return output.state, row
+
+
 def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str, Any],
                      defaults: Mapping[str, Any]) -> None:
   try:
@@ -455,7 +539,7 @@ def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str,
     return
   # Settings added since the directory was written: it ran with their defaults.
   previous = {**{k: v for k, v in defaults.items() if k not in previous}, **previous}
-  mutable = {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint'}
+  mutable = {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'rounds_per_call'}
   current = dict(run_config)
   differences = sorted(
       k

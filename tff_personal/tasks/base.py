@@ -87,6 +87,30 @@ class Task:
         lambda raw, seed_: self.preprocess_train(raw, epochs, batch_size, seed_),
     )
 
+  def train_dataset_of_rounds(
+      self, client_id: str, *, epochs: int, batch_size: int, seeds: Sequence[int],
+      steps: int = 0,
+      transform: Callable[[tf.data.Dataset, tf.Tensor], tf.data.Dataset] = lambda d, _: d,
+  ) -> tf.data.Dataset:
+    """The batches of several rounds of one client, in round order.
+
+    For each seed s of `seeds`: `transform(train_dataset(client_id, seed=s)
+    cut to its first `steps` batches (0: all), s)`, the same batches (tested);
+    s is a tensor in `transform`. The client's examples enter the dataset's
+    graph once (a `flat_map` over the seeds), not once a round.
+    """
+    read = self.train_data.serializable_dataset_fn
+    # A string tensor, not a new trace a client; in-memory arrays: the Python
+    # id, so only the client's own examples enter the graph (module docstring).
+    raw = read(client_id if self.examples_in_memory else tf.constant(client_id))
+
+    def one_round(seed):
+      batches = self.preprocess_train(raw, epochs, batch_size, seed)
+      return transform(batches.take(steps) if steps else batches, seed)
+
+    seeds = tf.data.Dataset.from_tensor_slices(np.asarray(seeds, np.int64))
+    return client_datasets.without_autotuning(seeds.flat_map(one_round))
+
   def train_dataset_computation(self, *, epochs: int, batch_size: int) -> tff.Computation:
     """`train_dataset` built inside the TFF runtime from a client id and seed.
 
