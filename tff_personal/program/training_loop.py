@@ -16,6 +16,11 @@ Each round r = 1..R:
      adversaries to the round metrics;
   5. every `rounds_per_checkpoint` rounds (and at the end) checkpoint.
 
+Where every client trains every round and clients train independently
+(Local), `rounds_per_call` consecutive rounds may run as one call of `next`,
+each client on its batches of those rounds in sequence: the same models,
+TFF's per-call costs paid once.
+
 A run restarted with the same configuration resumes from its last checkpoint
 and, everything being seeded, reproduces the uninterrupted run's metrics.
 """
