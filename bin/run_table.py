@@ -46,6 +46,7 @@ import os
 import queue
 import subprocess
 import sys
+import threading
 
 from absl import app
 from absl import flags
@@ -121,11 +122,16 @@ def _flag_value(flagfile: str, name: str) -> str:
   return _flagfile_values(flagfile).get(name)
 
 
+# Runs start from several threads: one lock keeps their lines whole.
+_STDERR_LOCK = threading.Lock()
+
+
 def _run(run: results_table.Run, name: str, seed, worker=None) -> int:
   os.makedirs(_root(), exist_ok=True)
   log_path = os.path.join(_root(), f'{name}.log')
   where = f' on {worker}' if worker else ''
-  print(f'running {name}{where} (log: {log_path})', file=sys.stderr, flush=True)
+  with _STDERR_LOCK:
+    print(f'running {name}{where} (log: {log_path})', file=sys.stderr, flush=True)
   command = [
       sys.executable, os.path.join(_REPO, 'bin', 'train.py'),
       f'--flagfile={run.flagfile}', f'--root_output_dir={_root()}',
