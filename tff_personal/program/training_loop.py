@@ -471,11 +471,18 @@ def _train_round(
     upcoming = round_clients(round_num + 1)
     personal.prefetch([c for c in upcoming if c not in clients], round_num + 1)
   output = keyed_next(state, client_data, personal_states, [client_index[c] for c in clients])
-  row = collections.OrderedDict(round=round_num)
+  return output.state, _checked_row_then_states_written(
+      output, personal, clients, collections.OrderedDict(round=round_num)
+  )
+
+
+def _checked_row_then_states_written(output, personal, clients, row):
+  """`row` with the call's metrics, checked finite before the clients' new
+  personal states are written (at `row['round']`)."""
   row.update(outputs.flatten_metrics(output.metrics))
-  _check_finite(round_num, row)  # Before anything of the round is written.
-  personal.write(round_num, clients, output.personal_states)
-  return output.state, row
+  _check_finite(row['round'], row)  # Before anything of the call is written.
+  personal.write(row['round'], clients, output.personal_states)
+  return row
 
 
 def _checked_rounds_per_call(process, config: TrainingConfig, population) -> int:
@@ -529,11 +536,10 @@ def _train_rounds_in_one_call(
       population, first_round, lambda: process.get_model_weights(state)
   )
   output = keyed_next(state, client_data, personal_states, [client_index[c] for c in population])
-  row = collections.OrderedDict(round=last_round, rounds_in_call=last_round - first_round + 1)
-  row.update(outputs.flatten_metrics(output.metrics))
-  _check_finite(last_round, row)
-  personal.write(last_round, population, output.personal_states)
-  return output.state, row
+  return output.state, _checked_row_then_states_written(
+      output, personal, population,
+      collections.OrderedDict(round=last_round, rounds_in_call=last_round - first_round + 1),
+  )
 
 
 def _check_resumable(experiment: outputs.ExperimentDir, run_config: Mapping[str, Any],
