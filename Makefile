@@ -18,8 +18,10 @@ setup: $(VENV)/.installed debian-packages
 $(VENV)/.installed: requirements.txt overrides.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(UV) pip install --quiet --python $(PY) -r requirements.txt --override overrides.txt
-	$(UV) pip install --quiet --python $(PY) --no-deps -r requirements-nodeps.txt
+	# Bytecode compiled once here: where PYTHONDONTWRITEBYTECODE is set, every
+	# process would otherwise compile TensorFlow's sources again (8 s of each start).
+	$(UV) pip install --quiet --python $(PY) --compile-bytecode -r requirements.txt --override overrides.txt
+	$(UV) pip install --quiet --python $(PY) --compile-bytecode --no-deps -r requirements-nodeps.txt
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 

@@ -2,6 +2,8 @@
 
   bin/benchmark.py                         # FEMNIST CNN, 10 writers a round, 1 epoch, batch 20
   bin/benchmark.py --algorithms=fedavg,ditto --rounds=5
+  bin/benchmark.py --task=fmnist --partition=ditto_code --num_clients=500 \
+      --classes_per_client=5 --client_batch_size=16 --client_steps=2  # Ditto's table's round
 
 Prints, on the same clients' data and the same model:
 
@@ -111,6 +113,21 @@ ALGORITHMS = flags.DEFINE_list(
 )
 CLIENTS_PER_ROUND = flags.DEFINE_integer('clients_per_round', 10, 'Clients a round.', lower_bound=1)
 BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 20, 'Local batch size.', lower_bound=1)
+CLIENT_STEPS = flags.DEFINE_integer(
+    'client_steps', 0, "A client's local SGD steps a round (0: one epoch).", lower_bound=0
+)
+PARTITION = flags.DEFINE_enum(
+    'partition', task_options_lib.TaskOptions.partition, task_options_lib.PARTITIONS,
+    'Synthetic partition of fmnist/mnist (as bin/train.py).',
+)
+NUM_CLIENTS = flags.DEFINE_integer(
+    'num_clients', task_options_lib.TaskOptions.num_clients,
+    'Clients of a synthetic partition.', lower_bound=1,
+)
+CLASSES_PER_CLIENT = flags.DEFINE_integer(
+    'classes_per_client', task_options_lib.TaskOptions.classes_per_client,
+    'Classes per client of the k_classes and ditto_code partitions.', lower_bound=1,
+)
 LEARNING_RATE = flags.DEFINE_float('client_learning_rate', 0.05, "Clients' SGD rate.")
 ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds (after one warm-up).', lower_bound=1)
 SEED = flags.DEFINE_integer('seed', 0, 'Picks the clients.')
@@ -353,7 +370,8 @@ def _our_round(name, task, clients, datasets, learning_rate, store_dir, client_i
   process = algorithm_registry.build_algorithm(
       name, task,
       setup=algorithm_registry.Setup(
-          client_learning_rate=learning_rate, clients_per_round=len(clients), seed=SEED.value
+          client_learning_rate=learning_rate, clients_per_round=len(clients), seed=SEED.value,
+          client_steps=CLIENT_STEPS.value,
       ),
   )
   state = process.initialize()
@@ -553,7 +571,9 @@ def _timed_rounds(task, clients, datasets, lr, paired_with):
   client_ids = _client_ids_and_seeds(clients)
   stock = _stock_fedavg_round(task, datasets, lr, paired_with=paired_with)
   # Built (traced) once, composed in front of every round below.
-  dataset_computation = task.train_dataset_computation(epochs=1, batch_size=BATCH_SIZE.value)
+  dataset_computation = task.train_dataset_computation(
+      epochs=1, batch_size=BATCH_SIZE.value, steps=CLIENT_STEPS.value
+  )
   stock_composed = _stock_fedavg_round(task, client_ids, lr, dataset_computation)
   stock_iterator = _stock_fedavg_round(
       task, datasets, lr, loop=tff.learning.LoopImplementation.DATASET_ITERATOR,
@@ -637,7 +657,11 @@ def main(argv):
     sys.exit(f'benchmark.py: error: --algorithms: unknown {", ".join(unknown)}')
   task = task_registry.build_task(
       TASK.value,
-      task_options_lib.TaskOptions(femnist_path=FEMNIST_PATH.value, cache_dir=CACHE_DIR.value),
+      task_options_lib.TaskOptions(
+          seed=SEED.value, femnist_path=FEMNIST_PATH.value, cache_dir=CACHE_DIR.value,
+          partition=PARTITION.value, num_clients=NUM_CLIENTS.value,
+          classes_per_client=CLASSES_PER_CLIENT.value,
+      ),
   )
   clients = sampling.sample_clients(
       sorted(task.client_ids), CLIENTS_PER_ROUND.value, seed=SEED.value, round_num=1
@@ -646,9 +670,12 @@ def main(argv):
       task.train_dataset(c, epochs=1, batch_size=BATCH_SIZE.value, seed=SEED.value + i)
       for i, c in enumerate(clients)
   ]
+  if CLIENT_STEPS.value:  # Cut as the program cuts a round's data.
+    datasets = [d.take(CLIENT_STEPS.value) for d in datasets]
+  local_work = f'{CLIENT_STEPS.value} steps' if CLIENT_STEPS.value else '1 epoch'
   lr = LEARNING_RATE.value
   print(
-      f'{TASK.value}: {len(clients)} clients a round, 1 epoch, batch {BATCH_SIZE.value};'
+      f'{TASK.value}: {len(clients)} clients a round, {local_work}, batch {BATCH_SIZE.value};'
       f' median of {ROUNDS.value} rounds after a warm-up; {os.cpu_count()} CPUs; the TFF'
       f' worker and the floor train on: {devices.describe(worker.devices)}.',
       flush=True,

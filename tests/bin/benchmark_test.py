@@ -13,15 +13,16 @@ def test_benchmark_prints_every_ratio(tmp_path):
       [
           sys.executable, os.path.join(binaries.REPO_ROOT, 'bin', 'benchmark.py'),
           f'--cache_dir={tmp_path}', '--clients_per_round=2', '--rounds=1',
-          '--algorithms=fedavg,ditto', '--stored_clients=10,30',
+          '--algorithms=fedavg,ditto', '--stored_clients=10,30', '--client_steps=2',
       ],
       capture_output=True, text=True, timeout=600, check=True,
       env=dict(os.environ, PYTHONPATH=binaries.REPO_ROOT),
   )
   out = run.stdout
+  assert out.startswith('femnist: 2 clients a round, 2 steps, batch 20;')
   assert re.search(
       r'compute floor \(plain TF, a process without TFF, fastest variant\): [\d.]+ s a round,'
-      r' \d+ SGD steps \(sequential, default threads [\d.]+ s; parallel, default threads'
+      r' 4 SGD steps \(sequential, default threads [\d.]+ s; parallel, default threads'
       r' [\d.]+ s; parallel, 1 thread an op, \d+ ops at once [\d.]+ s; threads, default'
       r' threads [\d.]+ s; threads, 1 thread an op, \d+ ops at once [\d.]+ s\)', out)
   number = r'[\d.]+'

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import tensorflow as tf
 
 from tests import test_utils
 from tff_personal.reports import compute_floor
@@ -53,3 +54,28 @@ def test_floor_counts_the_round_steps_without_loading_tff(tmp_path):
   assert lines[0] == {'ready': True} and len(lines) == 3
   assert lines[1]['seconds'] > 0 and lines[1]['cpu_seconds'] > 0
   np.testing.assert_allclose(lines[2]['checksum'], checksums[0], rtol=1e-6)
+
+
+def test_a_for_loop_over_a_dataset_is_found_and_one_over_an_iterator_is_not():
+  # The floor refuses a round that runs a dataset function a client (its docstring).
+  dataset = tf.data.Dataset.from_tensor_slices(np.zeros((4, 2), np.float32)).batch(2)
+
+  @tf.function
+  def over_dataset(data):
+    total = tf.constant(0.0)
+    for x in data:
+      total += tf.reduce_sum(x)
+    return total
+
+  @tf.function
+  def over_iterator(data):
+    total = tf.constant(0.0)
+    for x in iter(data):
+      total += tf.reduce_sum(x)
+    return total
+
+  graph = lambda fn: fn.get_concrete_function(dataset).graph
+  assert compute_floor._dataset_function_ops([graph(over_dataset)]) == {
+      'ReduceDataset', 'ScanDataset'
+  }
+  assert compute_floor._dataset_function_ops([graph(over_iterator)]) == set()

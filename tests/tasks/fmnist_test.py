@@ -130,6 +130,16 @@ def test_dataset_computation_gives_the_same_batches(task):
   np.testing.assert_array_equal(np.concatenate(inside_y), np.concatenate(outside_y))
 
 
+def test_dataset_computation_cut_to_steps_gives_the_first_batches(task):
+  computation = task.train_dataset_computation(epochs=2, batch_size=10, steps=3)
+  inside = [(x.numpy(), y.numpy()) for x, y in computation(('client_002', 5))]
+  outside = task.train_dataset('client_002', epochs=2, batch_size=10, seed=5)
+  assert [len(y) for _, y in inside] == [10, 10, 10]
+  for (inside_x, inside_y), (outside_x, outside_y) in zip(inside, outside.take(3)):
+    np.testing.assert_array_equal(inside_x, outside_x.numpy())
+    np.testing.assert_array_equal(inside_y, outside_y.numpy())
+
+
 def _batches(dataset):
   return [tuple(part.tolist() for part in batch) for batch in dataset.as_numpy_iterator()]
 

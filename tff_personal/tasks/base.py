@@ -111,14 +111,16 @@ class Task:
     seeds = tf.data.Dataset.from_tensor_slices(np.asarray(seeds, np.int64))
     return client_datasets.without_autotuning(seeds.flat_map(one_round))
 
-  def train_dataset_computation(self, *, epochs: int, batch_size: int) -> tff.Computation:
+  def train_dataset_computation(
+      self, *, epochs: int, batch_size: int, steps: int = 0
+  ) -> tff.Computation:
     """`train_dataset` built inside the TFF runtime from a client id and seed.
 
     Type signature: `(<client_id=str, seed=int64> -> (x, y)*)`. Composed
     in front of a round (`tff.simulation.compose_dataset_computation_with_computation`)
     the clients receive ids and read their examples where they run, instead
     of having their batches serialized into every call. Same id and seed,
-    same batches as `train_dataset`. With `examples_in_memory` the
+    same batches as `train_dataset` (cut to its first `steps`; 0: all). With `examples_in_memory` the
     computation carries every client's examples (fmnist: 41 MB), and TFF's
     runtime receives it with every call.
     """
@@ -128,9 +130,8 @@ class Task:
         tff.StructType([('client_id', np.str_), ('seed', np.int64)])
     )
     def client_dataset(arg):
-      return client_datasets.without_autotuning(
-          self.preprocess_train(read(arg.client_id), epochs, batch_size, arg.seed)
-      )
+      batches = self.preprocess_train(read(arg.client_id), epochs, batch_size, arg.seed)
+      return client_datasets.without_autotuning(batches.take(steps) if steps else batches)
 
     return client_dataset
 
