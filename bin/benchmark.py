@@ -670,8 +670,7 @@ def main(argv):
       task.train_dataset(c, epochs=1, batch_size=BATCH_SIZE.value, seed=SEED.value + i)
       for i, c in enumerate(clients)
   ]
-  if CLIENT_STEPS.value:  # Cut as the program cuts a round's data.
-    datasets = [d.take(CLIENT_STEPS.value) for d in datasets]
+  datasets = [client_datasets.first_steps(d, CLIENT_STEPS.value) for d in datasets]
   local_work = f'{CLIENT_STEPS.value} steps' if CLIENT_STEPS.value else '1 epoch'
   lr = LEARNING_RATE.value
   print(

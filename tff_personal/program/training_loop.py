@@ -45,6 +45,7 @@ from tff_personal.personal import store as store_lib
 from tff_personal.program import checkpoints as checkpoints_lib
 from tff_personal.program import outputs
 from tff_personal.program import sampling
+from tff_personal.runtime import client_datasets
 from tff_personal.runtime import client_keys
 from tff_personal.runtime import context
 from tff_personal.tasks import base
@@ -461,8 +462,8 @@ def _train_round(
     dataset = task.train_dataset(
         c, epochs=config.client_epochs, batch_size=config.client_batch_size, seed=seed
     )
-    if config.client_steps and not process.takes_whole_client_data:
-      dataset = dataset.take(config.client_steps)
+    if not process.takes_whole_client_data:
+      dataset = client_datasets.first_steps(dataset, config.client_steps)
     client_data.append(threat.client_input(process, c, dataset, seed))
   personal_states = personal.read(
       clients, round_num, lambda: process.get_model_weights(state)

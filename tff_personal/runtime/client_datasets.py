@@ -46,6 +46,11 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
   return dataset.with_options(options)
 
 
+def first_steps(dataset: tf.data.Dataset, steps: int) -> tf.data.Dataset:
+  """A round's client data cut to its first `steps` batches (0: all of them)."""
+  return dataset.take(steps) if steps else dataset
+
+
 def _client_input_type(next_fn: tff.Computation) -> tff.FederatedType:
   parameter = next_fn.type_signature.parameter
   if not isinstance(parameter, tff.StructType) or len(parameter) != 3:

@@ -106,7 +106,7 @@ class Task:
 
     def one_round(seed):
       batches = self.preprocess_train(raw, epochs, batch_size, seed)
-      return transform(batches.take(steps) if steps else batches, seed)
+      return transform(client_datasets.first_steps(batches, steps), seed)
 
     seeds = tf.data.Dataset.from_tensor_slices(np.asarray(seeds, np.int64))
     return client_datasets.without_autotuning(seeds.flat_map(one_round))
@@ -120,9 +120,9 @@ class Task:
     in front of a round (`tff.simulation.compose_dataset_computation_with_computation`)
     the clients receive ids and read their examples where they run, instead
     of having their batches serialized into every call. Same id and seed,
-    same batches as `train_dataset` (cut to its first `steps`; 0: all). With `examples_in_memory` the
-    computation carries every client's examples (fmnist: 41 MB), and TFF's
-    runtime receives it with every call.
+    same batches as `train_dataset` (cut to its first `steps`; 0: all).
+    With `examples_in_memory` the computation carries every client's
+    examples (fmnist: 41 MB), and TFF's runtime receives it with every call.
     """
     read = self.train_data.serializable_dataset_fn
 
@@ -131,7 +131,7 @@ class Task:
     )
     def client_dataset(arg):
       batches = self.preprocess_train(read(arg.client_id), epochs, batch_size, arg.seed)
-      return client_datasets.without_autotuning(batches.take(steps) if steps else batches)
+      return client_datasets.without_autotuning(client_datasets.first_steps(batches, steps))
 
     return client_dataset
 
