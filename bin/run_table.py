@@ -280,7 +280,10 @@ def main(argv):
       sys.exit(f'run_table.py: error: cannot read the NFL table: {e}')
     _output(text, table_files.NFL_FIELDS, rows)
     return
-  results = {key: results_table.over_seeds(cells) for key, cells in per_seed.items()}
+  results = {
+      key: results_table.over_seeds(cells)
+      for key, cells in results_table.with_notes_of_derived_columns(per_seed).items()
+  }
   settings = results_table.in_table_order({r.setting for r in runs}, results_table.SETTINGS)
   columns = results_table.in_table_order({c for _, c in results}, results_table.COLUMNS)
   seeds_note = (

@@ -103,6 +103,28 @@ def test_reading_finished_runs_writes_the_table_files(tmp_path):
   assert (root / 'table.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
+def test_a_fine_tuning_cell_is_not_run_where_a_seed_of_its_run_is_not(tmp_path):
+  configs, root = tmp_path / 'configs', tmp_path / 'out'
+  configs.mkdir()
+  (configs / 'fmnist__clean__fedavg.flags').write_text('--total_rounds=3\n--seed=0\n')
+  (root / 'fmnist__clean__fedavg').mkdir(parents=True)  # Seed 1 is not run.
+  final = {f'eval/{prefix}accuracy_{stat}': value
+           for prefix, mean in (('before_finetune_', 0.8), ('', 0.9))
+           for stat, value in (('mean', mean), ('std', 0.1), ('worst10_mean', mean - 0.3))}
+  (root / 'fmnist__clean__fedavg' / 'summary.json').write_text(
+      json.dumps({'final_eval': final, 'rounds_completed': 3})
+  )
+  result = subprocess.run(
+      [sys.executable, SCRIPT, f'--configs_dir={configs}', '--task=fmnist',
+       f'--root_output_dir={root}', '--norun', '--seeds=0,1'],
+      cwd=binaries.REPO_ROOT, capture_output=True, text=True, check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  assert '| setting | FedAvg | Fine-tuning |\n|---|---|---|\n| clean | not run | not run |' in (
+      result.stdout
+  )
+
+
 def test_runs_go_one_per_worker_and_failures_are_cells(tmp_path):
   """With --workers, each run gets one worker's --workers; a run that fails is a note."""
   configs, root = tmp_path / 'configs', tmp_path / 'out'

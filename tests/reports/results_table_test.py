@@ -116,6 +116,23 @@ def test_ditto_is_checked_against_the_best_baseline_of_each_row():
   ]
 
 
+def test_a_seed_that_did_not_finish_is_the_cell_of_its_fine_tuning_column_too():
+  seed0 = results_table.Cell(0.8, 0.1, 0.5)
+  per_seed = {
+      ('clean', 'fedavg'): [seed0, 'not run'],  # Seed 1 left no summary ...
+      ('clean', 'fedavg+ft'): [results_table.Cell(0.9, 0.1, 0.6)],  # ... so no cell here.
+      ('clean', 'ditto'): [seed0, seed0],
+  }
+  filled = results_table.with_notes_of_derived_columns(per_seed)
+  assert filled == {
+      ('clean', 'fedavg'): [seed0, 'not run'],
+      ('clean', 'fedavg+ft'): [results_table.Cell(0.9, 0.1, 0.6), 'not run'],
+      ('clean', 'ditto'): [seed0, seed0],
+  }
+  assert results_table.over_seeds(filled[('clean', 'fedavg+ft')]) == 'not run'
+  assert per_seed[('clean', 'fedavg+ft')] == [results_table.Cell(0.9, 0.1, 0.6)]
+
+
 def test_seeds_keep_the_flagfile_seed_name_and_average_cells():
   run = results_table.Run('f.flags', 'fmnist', 'clean', 'ditto')
   assert run.name_for_seed(None, 0) == 'fmnist__clean__ditto'

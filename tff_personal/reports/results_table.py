@@ -191,6 +191,21 @@ def over_seeds(cells: Sequence[Any]) -> Any:
   return cells[0] if len(cells) == 1 else SeedsCell(tuple(cells))
 
 
+def with_notes_of_derived_columns(per_seed: Mapping[tuple, list]) -> dict[tuple, list]:
+  """`per_seed` with each run's note also in the columns its summary would fill.
+
+  A fine-tuning run fills `column` and `column+ft`; a seed of it that did not
+  finish (not run, failed, stale) leaves its note under `column` only, and
+  without it `column+ft` would be the mean of the other seeds alone.
+  """
+  filled = {key: list(cells) for key, cells in per_seed.items()}
+  for (setting, column), cells in filled.items():
+    base = column.split('+')[0]
+    if base != column:
+      cells.extend(c for c in per_seed.get((setting, base), ()) if not isinstance(c, Cell))
+  return filled
+
+
 def cells_of_summary(column: str, summary: Mapping[str, Any]) -> dict[str, Cell]:
   """The run's cells: `column`, and `column+ft` for a fine-tuning run."""
   final = summary['final_eval']
