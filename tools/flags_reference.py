@@ -22,8 +22,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUTPUT = os.path.join(REPO_ROOT, 'docs', 'flags.md')
 # In the order of the reference; bin/train.py's experiment flags come first.
 BINARIES = (
-    'train', 'demo', 'report', 'run_table', 'compare', 'export', 'class_coverage', 'worker',
-    'benchmark', 'plot_nfl', 'lindt_gates',
+    'train', 'demo', 'report', 'run_table', 'compare', 'export', 'class_coverage', 'personal_gap',
+    'worker', 'benchmark', 'plot_nfl', 'lindt_gates',
 )
 _FOREIGN_MODULES = ('absl.', 'tensorflow.', 'tensorflow_federated.')
 

@@ -147,6 +147,8 @@ def test_seeds_keep_the_flagfile_seed_name_and_average_cells():
   assert str(cell) == '0.6000 ± 1.2706 (0.2000) [0.500, 0.700]'
   three = results_table.over_seeds([results_table.Cell(m, 0.0, 0.0) for m in (0.5, 0.6, 0.7)])
   assert three.interval95 == pytest.approx(4.3027 * 0.1 / np.sqrt(3), rel=1e-4)
+  with pytest.raises(ValueError, match='two or more values'):
+    results_table.interval95([0.5])
   assert results_table.over_seeds([one, 'failed (exit 1)']) == 'failed (exit 1)'
   checks = results_table.ditto_shape_checks(
       {('clean', 'fedavg'): cell, ('clean', 'ditto'): one}

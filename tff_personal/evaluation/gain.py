@@ -12,7 +12,9 @@ weighted gain is
 with n_i the client's test examples (its per-client split holds a fixed
 share of its data, so n_i / n is its share of the data). A run is in NFL
 when beta stays below 0. Both runs' `eval_per_client.csv` must hold the same
-clients at the evaluated round. No TensorFlow here.
+clients at the evaluated round. The same gain between two columns of one run
+is a personal model's over its global model (`bin/personal_gap.py`). No
+TensorFlow here.
 """
 
 import csv
@@ -32,6 +34,12 @@ class ClientGain:
   @property
   def gain(self) -> float:
     return self.federated - self.private
+
+
+def evaluated_rounds(path: str) -> list[int]:
+  """The rounds an eval CSV holds, ascending."""
+  with open(path, newline='') as f:
+    return sorted({int(r['round']) for r in csv.DictReader(f)})
 
 
 def read_round(path: str, accuracy: str, round_num: Optional[int] = None) -> dict[str, tuple[float, int]]:

@@ -137,6 +137,16 @@ def find_runs(configs_dir: str, task: str) -> list[Run]:
   )
 
 
+def interval95(values: Sequence[float]) -> float:
+  """Half-width of the 95% Student-t interval of the mean of `values` (two or more)."""
+  n = len(values)
+  if n < 2:
+    raise ValueError(f'An interval over seeds needs two or more values, got {n}.')
+  mean = sum(values) / n
+  spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+  return float(stats.t.ppf(0.975, n - 1)) * spread / math.sqrt(n)
+
+
 @dataclasses.dataclass(frozen=True)
 class Cell:
   """Benign clients' accuracy summary of one column of one run."""
@@ -170,9 +180,7 @@ class SeedsCell:
   @property
   def interval95(self) -> float:
     """Half-width of the 95% Student-t interval of the mean over seeds."""
-    n = len(self.cells)
-    spread = math.sqrt(sum((c.mean - self.mean) ** 2 for c in self.cells) / (n - 1))
-    return float(stats.t.ppf(0.975, n - 1)) * spread / math.sqrt(n)
+    return interval95([c.mean for c in self.cells])
 
   def __str__(self) -> str:
     per_seed = ', '.join(f'{c.mean:.3f}' for c in self.cells)
