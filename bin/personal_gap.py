@@ -70,11 +70,9 @@ def read_run(run_dir: str, accuracy: str, baseline: str) -> dict[int, RoundGap]:
   path = os.path.join(run_dir, 'eval_per_client.csv')
   if not os.path.exists(path):
     raise ValueError(f'{path} does not exist (not a run directory, or no evaluation yet?).')
+  personal, global_ = gain.read_rounds(path, accuracy), gain.read_rounds(path, baseline)
   return {
-      r: RoundGap(tuple(gain.client_gains(
-          gain.read_round(path, accuracy, r), gain.read_round(path, baseline, r)
-      )))
-      for r in gain.evaluated_rounds(path)
+      r: RoundGap(tuple(gain.client_gains(personal[r], global_[r]))) for r in sorted(personal)
   }
 
 
@@ -121,9 +119,6 @@ def main(argv):
     if not RUNS.value:
       raise ValueError('--runs is required: one or more run output directories.')
     runs = [read_run(d, ACCURACY.value, baseline) for d in RUNS.value]
-    for run_dir, gaps in zip(RUNS.value, runs):
-      if not gaps:
-        raise ValueError(f'{run_dir}/eval_per_client.csv has no evaluation rows.')
   except ValueError as e:
     print(f'personal_gap.py: error: {e}', file=sys.stderr)
     sys.exit(2)

@@ -67,9 +67,11 @@ def test_seeds_at_the_rounds_all_runs_evaluated(runs):
     ([], '--runs is required'),
     (['--runs=nowhere'], 'nowhere/eval_per_client.csv does not exist'),
     (['--runs={seed0}', '--accuracy=loss'], "has no column 'loss'"),
+    (['--runs={seed0},{empty}'], 'empty/eval_per_client.csv has no evaluation rows'),
 ])
-def test_bad_input_is_one_line_and_exit_2(runs, args, message):
-  result = personal_gap(*(a.format(seed0=runs[0]) for a in args))
+def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, args, message):
+  empty = write_run(tmp_path / 'empty', [])
+  result = personal_gap(*(a.format(seed0=runs[0], empty=empty) for a in args))
   assert result.returncode == 2
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('personal_gap.py: error: ')

@@ -36,29 +36,30 @@ class ClientGain:
     return self.federated - self.private
 
 
-def evaluated_rounds(path: str) -> list[int]:
-  """The rounds an eval CSV holds, ascending."""
-  with open(path, newline='') as f:
-    return sorted({int(r['round']) for r in csv.DictReader(f)})
-
-
-def read_round(path: str, accuracy: str, round_num: Optional[int] = None) -> dict[str, tuple[float, int]]:
-  """{client: (accuracy, num_examples)} at `round_num` (default: the last) of an eval CSV."""
+def read_rounds(path: str, accuracy: str) -> dict[int, dict[str, tuple[float, int]]]:
+  """{round: {client: (accuracy, num_examples)}} of every round of an eval CSV."""
   with open(path, newline='') as f:
     rows = list(csv.DictReader(f))
   if not rows:
     raise ValueError(f'{path} has no evaluation rows.')
   if accuracy not in rows[0]:
     raise ValueError(f'{path} has no column {accuracy!r}.')
-  rounds = sorted({int(r['round']) for r in rows})
+  by_round = {}
+  for r in rows:
+    by_round.setdefault(int(r['round']), {})[r['client_id']] = (
+        float(r[accuracy]), int(float(r['num_examples']))
+    )
+  return by_round
+
+
+def read_round(path: str, accuracy: str, round_num: Optional[int] = None) -> dict[str, tuple[float, int]]:
+  """{client: (accuracy, num_examples)} at `round_num` (default: the last) of an eval CSV."""
+  by_round = read_rounds(path, accuracy)
+  rounds = sorted(by_round)
   round_num = rounds[-1] if round_num is None else round_num
-  if round_num not in rounds:
+  if round_num not in by_round:
     raise ValueError(f'{path} has no evaluation at round {round_num}; it has {rounds}.')
-  return {
-      r['client_id']: (float(r[accuracy]), int(float(r['num_examples'])))
-      for r in rows
-      if int(r['round']) == round_num
-  }
+  return by_round[round_num]
 
 
 def client_gains(federated: dict, private: dict) -> list[ClientGain]:
