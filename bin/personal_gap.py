@@ -98,7 +98,8 @@ def seeds_table(runs: list[dict[int, RoundGap]]) -> list[str]:
   def over_runs(values):
     points = [100 * v for v in values]
     mean = sum(points) / len(points)
-    return ' / '.join(f'{p:+.1f}' for p in points), f'{mean:+.2f} ± {results_table.interval95(points):.2f}'
+    interval = results_table.interval95(points)
+    return ' / '.join(f'{p:+.1f}' for p in points), f'{mean:+.2f} ± {interval:.2f}'
 
   lines = [
       '| round | personal - global, points, per run | mean ± 95% interval'
