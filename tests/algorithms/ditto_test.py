@@ -189,6 +189,21 @@ def test_grid_keeps_lambda_in_the_personal_state(grid_process):
   assert new['ditto_lambda'] == ditto.UNSELECTED_LAMBDA
 
 
+@pytest.mark.parametrize('lambda_grid', [(), GRID])
+def test_new_clients_can_start_from_the_initial_global_model(lambda_grid):
+  process = ditto.build(
+      MODEL, ditto.Hparams(lambda_grid=lambda_grid, personal_start='initial'),
+      common.Common(client_learning_rate=LEARNING_RATE, seed=8),
+  )
+  initial = process.get_model_weights(process.initialize())
+  later = personal(0.3, -0.3)
+  start = process.initial_personal_state('new', later)
+  model = start['model'] if lambda_grid else start
+  for a, b in zip(tf.nest.flatten(model), tf.nest.flatten(initial)):
+    np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(initial.trainable[0], later.trainable[0])
+
+
 def split_heldout(batches):
   """(training batches, held-out (x, y)) as the client splits them."""
   train, heldout_x, heldout_y = [], [], []
@@ -389,6 +404,11 @@ def test_negative_grid_value_is_refused():
 def test_bad_few_heldout_settings_are_refused(hparams, message):
   with pytest.raises(ValueError, match=message):
     ditto.build(MODEL, hparams, common.Common(client_learning_rate=0.1))
+
+
+def test_unknown_personal_start_is_refused():
+  with pytest.raises(ValueError, match=r"--ditto_personal_start must be one of \['global', 'initial'\]"):
+    ditto.build(MODEL, ditto.Hparams(personal_start='random'), common.Common(client_learning_rate=0.1))
 
 
 def test_unknown_lambda_selection_is_refused():

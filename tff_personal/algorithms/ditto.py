@@ -12,7 +12,9 @@ where w^t is the global model it received this round, with SGD steps
 
 Only the global update w^t - w_k leaves the client; v_k stays. lambda = 0 is
 Local training of v; as lambda grows, v is held at w^t. A client seen for the
-first time starts from v = the current global model.
+first time starts from v = the current global model, or with
+`personal_start='initial'` from the initial global model w^0, as Ditto's code
+starts every device's v.
 
 Client k, each round (both updates start from the received w^t):
   1. personal: `personal_steps` SGD steps on h_k over its round data
@@ -73,6 +75,7 @@ ModelWeights = tff.learning.models.ModelWeights
 UNSELECTED_LAMBDA = -1.0  # A new client's lambda before it chose from the grid.
 HELDOUT_BUCKETS = 10  # With a lambda grid, a tenth of a client's examples validates.
 LAMBDA_SELECTIONS = ('every', 'first', 'step')
+PERSONAL_STARTS = ('global', 'initial')
 
 
 def _lower_loss(best, candidate):
@@ -108,6 +111,8 @@ class Hparams:
     personal_steps: personal SGD steps a round; 0: personal_epochs passes.
     personal_epochs: personal passes over the round data (each the round's
       epochs).
+    personal_start: a new client's v: the global model it receives first
+      ('global') or the initial global model ('initial', Ditto's code).
   """
 
   lambda_: float = common.hparam(0.1, lower=0.0)
@@ -118,6 +123,7 @@ class Hparams:
   personal_learning_rate: Optional[float] = common.hparam(None, lower=0.0)
   personal_steps: int = common.hparam(0, lower=0)
   personal_epochs: int = common.hparam(1, lower=1)
+  personal_start: str = common.hparam('global', choices=PERSONAL_STARTS)
 
 
 CAPABILITIES = common.Capabilities(personal_state=True)
@@ -279,6 +285,11 @@ def _check(hparams: Hparams) -> Hparams:
         f'--ditto_lambda_selection must be one of {list(LAMBDA_SELECTIONS)}, '
         f'got {hparams.lambda_selection!r}.'
     )
+  if hparams.personal_start not in PERSONAL_STARTS:
+    raise ValueError(
+        f'--ditto_personal_start must be one of {list(PERSONAL_STARTS)}, '
+        f'got {hparams.personal_start!r}.'
+    )
   if hparams.few_heldout_lambda is not None:
     if not lambda_grid:
       raise ValueError('--ditto_few_heldout_lambda applies with --ditto_lambda_grid.')
@@ -300,20 +311,24 @@ def build(
   """Builds Ditto; see the module docstring."""
   hparams = _check(hparams)
   initial_weights = model.initial_weights(options.seed)
+  if hparams.personal_start == 'initial':
+    start = lambda global_weights: tf.nest.map_structure(np.copy, initial_weights)
+  else:
+    start = lambda global_weights: global_weights
   if hparams.lambda_grid:
     new_client_state = lambda client_id, global_weights: collections.OrderedDict(
-        model=global_weights, ditto_lambda=np.float32(UNSELECTED_LAMBDA)
+        model=start(global_weights), ditto_lambda=np.float32(UNSELECTED_LAMBDA)
     )
     personal_model = lambda personal_state: personal_state['model']
   else:
-    new_client_state = lambda client_id, global_weights: global_weights
+    new_client_state = lambda client_id, global_weights: start(global_weights)
     personal_model = lambda personal_state: personal_state
   work = compose.ClientWork(
       build_update=lambda: build_client_update(
           model.tff_model_fn, hparams, options.client_learning_rate, options.client_steps
       ),
       personal_type=compose.weights_type(new_client_state('', initial_weights)),
-      # A new client's personal model starts from the current global model.
+      # A new client's personal model starts from the current or the initial global model.
       initial_personal_state=new_client_state,
       assemble=lambda global_weights, personal_state: personal_model(personal_state),
       takes_whole_client_data=bool(hparams.lambda_grid) and options.client_steps > 0,
