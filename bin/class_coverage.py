@@ -15,6 +15,12 @@ much of the mean per-client gap each part makes
 (tff_personal/evaluation/class_coverage.py); writes the per-client counts
 to <run>/class_coverage_round_<R>.csv. Its per-client accuracies are the
 run's eval_per_client.csv rows of that round.
+
+With --dropout_passes=N it also evaluates both models with their dropout
+active, as Ditto's code evaluates (its CNN drops units in every forward
+pass): each example counts the share of N mask draws under which the model
+predicts it right, an estimate of the expectation over masks. It prints a
+second table and writes <run>/class_coverage_round_<R>_dropout.csv.
 """
 
 import csv
@@ -36,11 +42,18 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 import experiment_flags as ef  # pylint: disable=g-import-not-at-top  # bin/experiment_flags.py
+from tff_personal.models import seeded_dropout  # pylint: disable=g-import-not-at-top
 
 PERSONAL_MODEL_ALGORITHMS = ('ditto', 'local')
 COVERAGE_ROUND = flags.DEFINE_integer(
     'coverage_round', None,
     'The checkpointed round to analyse; default: the newest kept checkpoint.', lower_bound=1,
+)
+DROPOUT_PASSES = flags.DEFINE_integer(
+    'dropout_passes', 0,
+    'Also evaluate with dropout active (as Ditto\'s code does), averaging over this many'
+    ' mask draws; 0: only the usual evaluation, dropout off.',
+    lower_bound=0, upper_bound=seeded_dropout.MAX_DRAW,
 )
 
 
@@ -68,9 +81,9 @@ def _labels(dataset) -> np.ndarray:
   return np.concatenate([np.reshape(y.numpy(), [-1]) for _, y in dataset] or [np.zeros(0, int)])
 
 
-def _predict(keras_model, weights, dataset) -> np.ndarray:
+def _predict(keras_model, weights, dataset, training=False) -> np.ndarray:
   _weights(weights).assign_weights_to(keras_model)
-  outputs = [keras_model(x, training=False).numpy() for x, _ in dataset]
+  outputs = [keras_model(x, training=training).numpy() for x, _ in dataset]
   if outputs and outputs[0].ndim != 2:
     raise ef.UsageError(
         f'--task={ef.TASK.value}: bin/class_coverage.py applies to classification tasks'
@@ -79,8 +92,34 @@ def _predict(keras_model, weights, dataset) -> np.ndarray:
   return np.concatenate([np.argmax(o, -1) for o in outputs] or [np.zeros(0, int)])
 
 
-def analyse(task, process, experiment, config, round_num):
-  """([ClientPredictions] of the evaluation clients, the round analysed)."""
+def check_dropout_model(keras_model) -> None:
+  """UsageError unless training=True changes only the model's SeededDropout layers."""
+  if not seeded_dropout.dropout_layers(keras_model):
+    raise ef.UsageError(
+        '--dropout_passes: the model has no dropout layer to activate (--cnn=ditto has two).'
+    )
+  if any(isinstance(m, tf.keras.layers.BatchNormalization) for m in keras_model.submodules):
+    raise ef.UsageError(
+        '--dropout_passes: the model has batch normalization, which evaluating in training'
+        ' mode would change too.'
+    )
+
+
+def _correct_with_dropout(keras_model, weights, dataset, labels, passes) -> np.ndarray:
+  """Per test example, the share of `passes` dropout mask draws predicting it right."""
+  right = np.zeros(len(labels))
+  for draw in range(1, passes + 1):  # Draw 0 would repeat the training masks of these batches.
+    with seeded_dropout.mask_draw(keras_model, draw):
+      right += _predict(keras_model, weights, dataset, training=True) == labels
+  return right / passes
+
+
+def analyse(task, process, experiment, config, round_num, dropout_passes=0):
+  """The round analysed and [ClientPredictions] of the evaluation clients.
+
+  Returns (round, predictions with dropout off, predictions with dropout
+  active over `dropout_passes` mask draws or None when it is 0).
+  """
   from tff_personal.evaluation import class_coverage  # pylint: disable=g-import-not-at-top
   from tff_personal.personal import store as store_lib  # pylint: disable=g-import-not-at-top
   from tff_personal.program import checkpoints  # pylint: disable=g-import-not-at-top
@@ -93,6 +132,9 @@ def analyse(task, process, experiment, config, round_num):
     )
   if not os.path.isfile(experiment.store_path):
     raise ef.UsageError(f'{experiment.path} has no personal states: run bin/train.py first.')
+  keras_model = task.model.build()
+  if dropout_passes:
+    check_dropout_model(keras_model)
   manager = checkpoints.CheckpointManager(experiment.checkpoint_dir)
   round_num = round_num or manager.latest_round()
   if round_num is None:
@@ -115,8 +157,7 @@ def analyse(task, process, experiment, config, round_num):
     flat_states = store.read(eval_clients, before_round=round_num + 1)
   finally:
     store.close()
-  keras_model = task.model.build()
-  results = []
+  results, dropout_results = [], []
   template = None
   for client_id, flat in zip(eval_clients, flat_states):
     state = process.initial_personal_state(client_id, global_weights)
@@ -129,17 +170,24 @@ def analyse(task, process, experiment, config, round_num):
     test = task.test_dataset(client_id, batch_size=config.eval_batch_size)
     train = task.train_dataset(client_id, epochs=1, batch_size=config.eval_batch_size, seed=0)
     labels = _labels(test)
+    train_classes = frozenset(int(y) for y in _labels(train))
     results.append(class_coverage.ClientPredictions(
-        client_id,
-        frozenset(int(y) for y in _labels(train)),
-        labels,
+        client_id, train_classes, labels,
         _predict(keras_model, global_weights, test) == labels,
         _predict(keras_model, model, test) == labels,
     ))
-  return results, round_num
+    if dropout_passes:
+      dropout_results.append(class_coverage.ClientPredictions(
+          client_id, train_classes, labels,
+          _correct_with_dropout(keras_model, global_weights, test, labels, dropout_passes),
+          _correct_with_dropout(keras_model, model, test, labels, dropout_passes),
+      ))
+  return round_num, results, dropout_results if dropout_passes else None
 
 
 def write_csv(path, clients) -> None:
+  """Per-client counts; with dropout active, expected counts over the mask draws."""
+  number = lambda x: int(x) if float(x).is_integer() else f'{x:.4f}'
   with open(path, 'w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow([
@@ -150,8 +198,8 @@ def write_csv(path, clients) -> None:
       seen = c.seen
       writer.writerow([
           c.client_id, len(c.labels), int((~seen).sum()),
-          int(c.global_correct[seen].sum()), int(c.global_correct[~seen].sum()),
-          int(c.personal_correct[seen].sum()), int(c.personal_correct[~seen].sum()),
+          number(c.global_correct[seen].sum()), number(c.global_correct[~seen].sum()),
+          number(c.personal_correct[seen].sum()), number(c.personal_correct[~seen].sum()),
       ])
 
 
@@ -168,9 +216,9 @@ def main(argv):
     task = ef.build_task()
     context.install_local_context()
     algorithm = ef.build_algorithm(task)
-    clients, round_num = analyse(
+    round_num, clients, dropout_clients = analyse(
         task, algorithm.process, experiment, ef.training_config(algorithm.dp),
-        COVERAGE_ROUND.value,
+        COVERAGE_ROUND.value, DROPOUT_PASSES.value,
     )
     result = class_coverage.coverage(clients)
   path = os.path.join(experiment.path, f'class_coverage_round_{round_num}.csv')
@@ -178,6 +226,13 @@ def main(argv):
   print(f'{experiment.path}, round {round_num}: the personal models against the global model')
   print(class_coverage.markdown(result))
   print(f'Per-client counts: {path}')
+  if dropout_clients is not None:
+    path = os.path.join(experiment.path, f'class_coverage_round_{round_num}_dropout.csv')
+    write_csv(path, dropout_clients)
+    print(f'\nWith dropout active, as Ditto\'s code evaluates (mean over {DROPOUT_PASSES.value}'
+          ' mask draws):')
+    print(class_coverage.markdown(class_coverage.coverage(dropout_clients)))
+    print(f'Per-client expected counts: {path}')
 
 
 if __name__ == '__main__':

@@ -65,3 +65,42 @@ def test_rate_zero_is_identity_and_bad_rate_raises():
   np.testing.assert_array_equal(layer(x, training=True).numpy(), x.numpy())
   with pytest.raises(ValueError, match='rate'):
     seeded_dropout.SeededDropout(1.0, salt=1)
+
+
+def _model_with_two_dropout_layers():
+  inputs = tf.keras.Input((50,))
+  h = seeded_dropout.SeededDropout(0.5, salt=1)(inputs)
+  h = tf.keras.layers.Dense(50, kernel_initializer='ones', name='dense')(h)
+  outputs = seeded_dropout.SeededDropout(0.5, salt=2)(h)
+  return tf.keras.Model(inputs, outputs)
+
+
+def test_mask_draws_give_other_masks_and_restore_the_salts():
+  model = _model_with_two_dropout_layers()
+  assert sorted(layer.salt for layer in seeded_dropout.dropout_layers(model)) == [1, 2]
+  x = _batch()
+  own = model(x, training=True).numpy()
+  with seeded_dropout.mask_draw(model, 0):
+    np.testing.assert_array_equal(model(x, training=True).numpy(), own)
+  with seeded_dropout.mask_draw(model, 1):
+    first = model(x, training=True).numpy()
+    np.testing.assert_array_equal(model(x, training=True).numpy(), first)  # Still seeded.
+  with seeded_dropout.mask_draw(model, 2):
+    second = model(x, training=True).numpy()
+  assert (first != 0).tolist() != (own != 0).tolist() != (second != 0).tolist()
+  assert sorted(layer.salt for layer in seeded_dropout.dropout_layers(model)) == [1, 2]
+  np.testing.assert_array_equal(model(x, training=True).numpy(), own)
+  # Inference stays the identity of the dropout layers in every draw.
+  with seeded_dropout.mask_draw(model, 3):
+    np.testing.assert_array_equal(model(x, training=False).numpy(), model(x).numpy())
+
+
+def test_mask_draw_restores_the_salts_on_error_and_checks_the_draw():
+  model = _model_with_two_dropout_layers()
+  with pytest.raises(RuntimeError):
+    with seeded_dropout.mask_draw(model, 5):
+      raise RuntimeError()
+  assert sorted(layer.salt for layer in seeded_dropout.dropout_layers(model)) == [1, 2]
+  with pytest.raises(ValueError, match=r'draw must be in \[0, 2000\], got -1'):
+    with seeded_dropout.mask_draw(model, -1):
+      pass

@@ -15,8 +15,10 @@ ones do: for client k with n_k test examples,
       = (c_k^seen(personal) - c_k^seen(global)) / n_k
       + (c_k^unseen(personal) - c_k^unseen(global)) / n_k,
 
-c counting correct predictions. `bin/class_coverage.py` computes the inputs
-from a run's checkpoint and personal states.
+c counting correct predictions (or summing, over examples, the share of
+dropout masks under which the prediction is right, for a model evaluated with
+dropout active). `bin/class_coverage.py` computes the inputs from a run's
+checkpoint and personal states.
 """
 
 import dataclasses
@@ -27,7 +29,11 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class ClientPredictions:
-  """One client's test labels and whether each model got each example right."""
+  """One client's test labels and how right each model is on each example.
+
+  `global_correct` and `personal_correct` are per test example: 1 right, 0
+  wrong (booleans), or the share of dropout masks under which it is right.
+  """
 
   client_id: str
   train_classes: frozenset
@@ -69,6 +75,17 @@ class Coverage:
   seen: Part
   unseen: Part
 
+  def pooled_accuracies(self) -> tuple[float, float]:
+    """(global, personal) accuracy over all test examples together."""
+    examples = self.seen.examples + self.unseen.examples
+    pooled = lambda seen, unseen: (
+        self.seen.examples * np.nan_to_num(seen) + self.unseen.examples * np.nan_to_num(unseen)
+    ) / examples
+    return (
+        float(pooled(self.seen.global_accuracy, self.unseen.global_accuracy)),
+        float(pooled(self.seen.personal_accuracy, self.unseen.personal_accuracy)),
+    )
+
   @property
   def gap(self) -> float:
     """Mean per-client personal minus global accuracy (= seen + unseen shares)."""
@@ -78,10 +95,10 @@ class Coverage:
 def _part(clients: Sequence[ClientPredictions], want_seen: bool) -> Part:
   masks = [c.seen == want_seen for c in clients]
   examples = int(sum(m.sum() for m in masks))
-  global_correct = sum(int(c.global_correct[m].sum()) for c, m in zip(clients, masks))
-  personal_correct = sum(int(c.personal_correct[m].sum()) for c, m in zip(clients, masks))
+  global_correct = sum(float(c.global_correct[m].sum()) for c, m in zip(clients, masks))
+  personal_correct = sum(float(c.personal_correct[m].sum()) for c, m in zip(clients, masks))
   shares = [
-      (int(c.personal_correct[m].sum()) - int(c.global_correct[m].sum())) / len(c.labels)
+      (float(c.personal_correct[m].sum()) - float(c.global_correct[m].sum())) / len(c.labels)
       for c, m in zip(clients, masks)
   ]
   return Part(
@@ -122,5 +139,11 @@ def markdown(result: Coverage) -> str:
       f'| all ({result.clients} clients, mean per-client accuracy) |'
       f' {result.seen.examples + result.unseen.examples} | {result.global_accuracy_mean:.4f} |'
       f' {result.personal_accuracy_mean:.4f} | {100 * result.gap:+.2f} |'
+  )
+  global_pooled, personal_pooled = result.pooled_accuracies()
+  lines.append('')
+  lines.append(
+      f'Over all {result.seen.examples + result.unseen.examples} test examples pooled:'
+      f' global {global_pooled:.4f}, personal {personal_pooled:.4f}.'
   )
   return '\n'.join(lines)

@@ -5,9 +5,16 @@ TFF computation (or a run and its export) train differently. `SeededDropout`
 draws each mask from a stateless RNG seeded by the layer's salt and the bits
 of the sum of its input batch: the same batch at the same weights gets the
 same mask, other batches get other masks, and a run reproduces itself.
+`mask_draw` gives every layer of a model other masks for the same batches,
+to average a prediction over masks.
 """
 
+import contextlib
+
 import tensorflow as tf
+
+_DRAW_STRIDE = 1_000_003  # Salt offset between draws; keeps the draws of different salts apart.
+MAX_DRAW = 2_000  # Salt + draw offset stays an int32.
 
 
 class SeededDropout(tf.keras.layers.Layer):
@@ -42,3 +49,31 @@ class SeededDropout(tf.keras.layers.Layer):
 
   def get_config(self):
     return {**super().get_config(), 'rate': self.rate, 'salt': self.salt}
+
+
+def dropout_layers(model: tf.Module) -> list[SeededDropout]:
+  """The SeededDropout layers of `model` (a layer, a Keras model or any tf.Module)."""
+  layers = [model] if isinstance(model, SeededDropout) else []
+  return layers + [m for m in model.submodules if isinstance(m, SeededDropout)]
+
+
+@contextlib.contextmanager
+def mask_draw(model: tf.Module, draw: int):
+  """Within it, the SeededDropout layers of `model` draw the masks of `draw`.
+
+  Draw 0 is the layers' own masks; each other draw gives every layer other
+  masks for the same batch, so predictions averaged over draws estimate the
+  expectation over masks (evaluating with dropout active, as Ditto's code
+  does). For eager calls: a traced function keeps the masks it was traced with.
+  """
+  if not 0 <= draw <= MAX_DRAW:
+    raise ValueError(f'draw must be in [0, {MAX_DRAW}], got {draw}.')
+  layers = dropout_layers(model)
+  salts = [layer.salt for layer in layers]
+  try:
+    for layer, salt in zip(layers, salts):
+      layer.salt = salt + _DRAW_STRIDE * draw
+    yield
+  finally:
+    for layer, salt in zip(layers, salts):
+      layer.salt = salt
